@@ -1,0 +1,391 @@
+//! The `admission.k8s.io/v1` AdmissionReview envelope, and nothing else: decoding a request,
+//! and building the response from it so `uid`, `apiVersion` and `kind` echo by construction.
+//! The wire form is what `VerifyAdmissionResponse` accepts: `allowed` always present, and a
+//! base64 `patch` only together with `patchType: JSONPatch`.
+
+use base64::Engine as _;
+use json_patch::PatchOperation;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::Mode;
+use crate::engine::{Operation, Outcome, Subject};
+
+pub const API_VERSION: &str = "admission.k8s.io/v1";
+pub const KIND: &str = "AdmissionReview";
+
+/// The API server truncates each warning past 256 runes; keep ours whole.
+const MAX_WARNING_CHARS: usize = 256;
+
+/// Why a body is not an AdmissionReview we can answer. Each gets HTTP 400 with this text.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmissionError {
+    #[error("body is not valid JSON ({0}); send an admission.k8s.io/v1 AdmissionReview")]
+    NotJson(#[source] serde_json::Error),
+    #[error("body is not an AdmissionReview ({0}); send an admission.k8s.io/v1 AdmissionReview")]
+    NotAReview(#[source] serde_json::Error),
+    #[error(
+        "apiVersion {0:?} is not supported; set admissionReviewVersions: [v1] in the webhook configuration"
+    )]
+    UnsupportedVersion(String),
+    #[error("kind {0:?} is not AdmissionReview")]
+    WrongKind(String),
+    #[error("AdmissionReview has no request; the API server always sends one")]
+    MissingRequest,
+    #[error("AdmissionReview request has no uid; the response must echo it")]
+    MissingUid,
+    #[error("operation {0:?} is not one of CREATE, UPDATE, DELETE, CONNECT")]
+    UnknownOperation(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+pub struct GroupVersionKind {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+}
+
+/// The parts of `AdmissionRequest` podmend reads; everything else is ignored.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdmissionRequest {
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub kind: GroupVersionKind,
+    #[serde(default)]
+    pub sub_resource: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub operation: String,
+    #[serde(default)]
+    pub object: Option<Value>,
+    #[serde(default)]
+    pub old_object: Option<Value>,
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn {
+    #[serde(default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    request: Option<AdmissionRequest>,
+}
+
+/// A decoded request, ready for the engine.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub inner: AdmissionRequest,
+    pub operation: Operation,
+}
+
+impl Request {
+    /// The engine's view of the request.
+    pub fn subject(&self) -> Subject<'_> {
+        Subject {
+            operation: self.operation,
+            group: &self.inner.kind.group,
+            kind: &self.inner.kind.kind,
+            sub_resource: self.inner.sub_resource.as_deref().unwrap_or(""),
+            namespace: self.inner.namespace.as_deref().unwrap_or(""),
+            object: self.inner.object.as_ref().filter(|o| !o.is_null()),
+            old_object: self.inner.old_object.as_ref().filter(|o| !o.is_null()),
+        }
+    }
+
+    /// `metadata.name`, or `generateName` for objects the API server has not named yet.
+    pub fn object_name(&self) -> &str {
+        let from_object = |key: &str| {
+            self.inner
+                .object
+                .as_ref()
+                .or(self.inner.old_object.as_ref())
+                .and_then(|o| o.get("metadata")?.get(key)?.as_str())
+        };
+        self.inner
+            .name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or_else(|| from_object("name"))
+            .or_else(|| from_object("generateName"))
+            .unwrap_or("")
+    }
+}
+
+/// Decodes an AdmissionReview body.
+pub fn decode(body: &[u8]) -> Result<Request, AdmissionError> {
+    let value: Value = serde_json::from_slice(body).map_err(AdmissionError::NotJson)?;
+    let review: ReviewIn = ReviewIn::deserialize(value).map_err(AdmissionError::NotAReview)?;
+    match review.api_version.as_deref() {
+        Some(API_VERSION) => {}
+        other => {
+            return Err(AdmissionError::UnsupportedVersion(
+                other.unwrap_or("").to_string(),
+            ));
+        }
+    }
+    if review.kind.as_deref() != Some(KIND) {
+        return Err(AdmissionError::WrongKind(review.kind.unwrap_or_default()));
+    }
+    let inner = review.request.ok_or(AdmissionError::MissingRequest)?;
+    if inner.uid.is_empty() {
+        return Err(AdmissionError::MissingUid);
+    }
+    let operation = Operation::parse(&inner.operation)
+        .ok_or_else(|| AdmissionError::UnknownOperation(inner.operation.clone()))?;
+    Ok(Request { inner, operation })
+}
+
+/// Which webhook path answers: `/mutate` repairs and warns, `/validate` denies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Webhook {
+    Mutate,
+    Validate,
+}
+
+impl Webhook {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Webhook::Mutate => "mutate",
+            Webhook::Validate => "validate",
+        }
+    }
+}
+
+/// What to answer, before it is put on the wire.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Decision {
+    pub allowed: bool,
+    pub patch: Vec<PatchOperation>,
+    pub warnings: Vec<String>,
+    pub denial: Option<String>,
+}
+
+impl Decision {
+    /// Turns the engine's outcome into the answer of one webhook. `/mutate` applies
+    /// `enforce` repairs and warns for `enforce` and `warn`; `/validate` rejects for `deny`.
+    pub fn from_outcome(outcome: &Outcome, webhook: Webhook) -> Self {
+        match webhook {
+            Webhook::Mutate => {
+                let mut warnings = Vec::new();
+                for finding in &outcome.findings {
+                    let prefix = match finding.mode {
+                        Mode::Enforce => format!("podmend {}: ", finding.rule),
+                        Mode::Warn => format!("podmend {} would repair: ", finding.rule),
+                        Mode::Deny | Mode::Off => continue,
+                    };
+                    warnings.extend(
+                        finding
+                            .messages
+                            .iter()
+                            .map(|m| clip(format!("{prefix}{m}"))),
+                    );
+                }
+                Decision {
+                    allowed: true,
+                    patch: outcome.patch.clone(),
+                    warnings,
+                    denial: None,
+                }
+            }
+            Webhook::Validate => {
+                let reasons: Vec<String> = outcome
+                    .in_mode(Mode::Deny)
+                    .map(|f| {
+                        format!(
+                            "podmend {}: {}; {}",
+                            f.rule,
+                            f.messages.join("; "),
+                            f.advice
+                        )
+                    })
+                    .collect();
+                Decision {
+                    allowed: reasons.is_empty(),
+                    denial: (!reasons.is_empty()).then(|| reasons.join(" | ")),
+                    ..Decision::default()
+                }
+            }
+        }
+    }
+}
+
+fn clip(mut warning: String) -> String {
+    if let Some((index, _)) = warning.char_indices().nth(MAX_WARNING_CHARS) {
+        warning.truncate(index);
+    }
+    warning
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut<'a>>,
+}
+
+#[derive(Serialize)]
+struct StatusOut<'a> {
+    code: u16,
+    reason: &'static str,
+    message: &'a str,
+}
+
+/// Serializes the AdmissionReview response for `request`.
+pub fn encode_response(uid: &str, decision: &Decision) -> Vec<u8> {
+    let patch = (!decision.patch.is_empty()).then(|| {
+        // Serializing patch operations (strings and JSON values) cannot fail.
+        let bytes = serde_json::to_vec(&decision.patch).unwrap_or_default();
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    });
+    let review = ReviewOut {
+        api_version: API_VERSION,
+        kind: KIND,
+        response: ResponseOut {
+            uid,
+            allowed: decision.allowed,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+            warnings: &decision.warnings,
+            status: decision.denial.as_deref().map(|message| StatusOut {
+                code: 403,
+                reason: "Forbidden",
+                message,
+            }),
+        },
+    };
+    serde_json::to_vec(&review).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn review(request: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request}))
+            .expect("json")
+    }
+
+    #[test]
+    fn a_review_decodes_with_its_operation_and_kind() {
+        let body = review(
+            json!({"uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "CREATE", "namespace": "ns", "object": {"metadata": {"generateName": "web-"}}}),
+        );
+        let request = decode(&body).expect("decodes");
+        assert_eq!(request.operation, Operation::Create);
+        assert_eq!(request.subject().kind, "Pod");
+        assert_eq!(request.object_name(), "web-");
+    }
+
+    #[test]
+    fn unreadable_bodies_are_refused_with_a_reason() {
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (b"{not json".to_vec(), "not valid JSON"),
+            (b"[1,2]".to_vec(), "not an AdmissionReview"),
+            (serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": KIND, "request": {"uid": "u"}})).expect("json"), "v1beta1"),
+            (serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND})).expect("json"), "no request"),
+            (review(json!({"operation": "CREATE"})), "no uid"),
+            (review(json!({"uid": "u", "operation": "PATCH"})), "PATCH"),
+        ];
+        for (body, expected) in cases {
+            let error = decode(&body).expect_err("refused").to_string();
+            assert!(error.contains(expected), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_response_without_changes_has_no_patch_fields() {
+        let body = encode_response(
+            "u1",
+            &Decision {
+                allowed: true,
+                ..Decision::default()
+            },
+        );
+        let value: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(
+            value,
+            json!({"apiVersion": API_VERSION, "kind": KIND, "response": {"uid": "u1", "allowed": true}})
+        );
+    }
+
+    #[test]
+    fn the_patch_is_a_base64_string_with_its_type() {
+        let patch: Vec<PatchOperation> =
+            serde_json::from_value(json!([{"op": "remove", "path": "/spec/nodeName"}]))
+                .expect("patch");
+        let body = encode_response(
+            "u1",
+            &Decision {
+                allowed: true,
+                patch,
+                ..Decision::default()
+            },
+        );
+        let value: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(value["response"]["patchType"], "JSONPatch");
+        let encoded = value["response"]["patch"]
+            .as_str()
+            .expect("patch is a string");
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .expect("base64");
+        assert_eq!(
+            serde_json::from_slice::<Value>(&decoded).expect("json"),
+            json!([{"op": "remove", "path": "/spec/nodeName"}])
+        );
+    }
+
+    #[test]
+    fn a_denial_carries_a_forbidden_status_with_the_message() {
+        let body = encode_response(
+            "u1",
+            &Decision {
+                allowed: false,
+                denial: Some("fix it".into()),
+                ..Decision::default()
+            },
+        );
+        let value: Value = serde_json::from_slice(&body).expect("json");
+        assert_eq!(value["response"]["allowed"], false);
+        assert_eq!(
+            value["response"]["status"],
+            json!({"code": 403, "reason": "Forbidden", "message": "fix it"})
+        );
+    }
+
+    #[test]
+    fn long_warnings_are_clipped_to_what_the_api_server_keeps() {
+        assert_eq!(clip("é".repeat(300)).chars().count(), MAX_WARNING_CHARS);
+    }
+}

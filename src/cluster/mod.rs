@@ -1,0 +1,78 @@
+//! What rules may ask of the cluster, behind a small trait so rules and tests never see
+//! the Kubernetes client: taints of a node, LimitRanges of a namespace.
+//!
+//! [`StaticCluster`] answers from plain maps (tests, `audit` without a cluster);
+//! [`watch`] keeps reflector caches of Nodes and LimitRanges for `serve`.
+
+pub mod watch;
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
+
+/// Read-only cluster facts a rule may use. Answers may be stale: they come from caches.
+pub trait ClusterView: Send + Sync {
+    /// Whether look-ups are possible at all (false outside a cluster).
+    fn lookups_enabled(&self) -> bool;
+    /// The taints of node `name`, or `None` when the node is not known.
+    fn node_taints(&self, name: &str) -> Option<Vec<Taint>>;
+    /// The LimitRange items of every LimitRange in `namespace` (empty when none).
+    fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem>;
+}
+
+/// A cluster described by plain maps: for tests, and for running without look-ups.
+#[derive(Debug, Clone, Default)]
+pub struct StaticCluster {
+    /// When false, behaves as "no cluster": every node is unknown.
+    pub lookups: bool,
+    pub nodes: HashMap<String, Vec<Taint>>,
+    pub limit_ranges: HashMap<String, Vec<LimitRangeItem>>,
+}
+
+impl StaticCluster {
+    /// No cluster at all: look-ups off.
+    pub fn offline() -> Self {
+        Self::default()
+    }
+
+    /// A cluster with look-ups on and nothing in it yet.
+    pub fn empty() -> Self {
+        Self {
+            lookups: true,
+            ..Self::default()
+        }
+    }
+
+    pub fn with_node(mut self, name: &str, taints: Vec<Taint>) -> Self {
+        self.nodes.insert(name.to_string(), taints);
+        self
+    }
+
+    pub fn with_limit_range(mut self, namespace: &str, items: Vec<LimitRangeItem>) -> Self {
+        self.limit_ranges
+            .entry(namespace.to_string())
+            .or_default()
+            .extend(items);
+        self
+    }
+}
+
+impl ClusterView for StaticCluster {
+    fn lookups_enabled(&self) -> bool {
+        self.lookups
+    }
+
+    fn node_taints(&self, name: &str) -> Option<Vec<Taint>> {
+        if !self.lookups {
+            return None;
+        }
+        self.nodes.get(name).cloned()
+    }
+
+    fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
+        self.limit_ranges
+            .get(namespace)
+            .cloned()
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,429 @@
+//! Reflector caches of Nodes and LimitRanges, kept by kube-runtime watchers, that answer
+//! [`ClusterView`] for `serve`; plus how a Kubernetes client is found ([`Lookups`]).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem, Node, Taint};
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use tokio::task::AbortHandle;
+
+use super::ClusterView;
+
+/// Nodes and LimitRanges as last seen by the watchers.
+///
+/// Answers may be stale: they come from caches that follow the API server with some delay,
+/// and that stay empty (every node unknown) until the first list has arrived
+/// (see [`CacheReadiness`]).
+pub struct WatchedCluster {
+    nodes: Store<Node>,
+    limit_ranges: Store<LimitRange>,
+    /// Watcher tasks, stopped when the cluster view is dropped.
+    tasks: Vec<AbortHandle>,
+}
+
+impl WatchedCluster {
+    /// A view over stores filled by someone else (no tasks are started).
+    pub fn from_stores(nodes: Store<Node>, limit_ranges: Store<LimitRange>) -> Self {
+        Self {
+            nodes,
+            limit_ranges,
+            tasks: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Debug for WatchedCluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WatchedCluster")
+            .field("nodes", &self.nodes.len())
+            .field("limit_ranges", &self.limit_ranges.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for WatchedCluster {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl ClusterView for WatchedCluster {
+    fn lookups_enabled(&self) -> bool {
+        true
+    }
+
+    fn node_taints(&self, name: &str) -> Option<Vec<Taint>> {
+        let node = self.nodes.get(&ObjectRef::new(name))?;
+        Some(
+            node.spec
+                .as_ref()
+                .and_then(|spec| spec.taints.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
+        let mut ranges = self
+            .limit_ranges
+            .state_filter(|lr| lr.metadata.namespace.as_deref() == Some(namespace));
+        // Stable order whatever the cache's hashing does.
+        ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        ranges
+            .iter()
+            .filter_map(|lr| lr.spec.as_ref())
+            .flat_map(|spec| spec.limits.iter().cloned())
+            .collect()
+    }
+}
+
+/// Whether both caches have had their first full list. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct CacheReadiness {
+    nodes: Arc<AtomicBool>,
+    limit_ranges: Arc<AtomicBool>,
+}
+
+impl CacheReadiness {
+    /// True once the Node and the LimitRange caches both had their first full list.
+    pub fn is_ready(&self) -> bool {
+        self.nodes.load(Ordering::Acquire) && self.limit_ranges.load(Ordering::Acquire)
+    }
+}
+
+/// Starts watchers of every Node and every LimitRange on the current tokio runtime.
+///
+/// The returned view answers from the caches at once (empty at first); readiness turns true
+/// once both had their first list. A failing watch is retried with kube's default backoff and
+/// logged at warn. Outside a tokio runtime nothing is started and the caches never get ready.
+/// The watchers stop when the returned [`WatchedCluster`] is dropped.
+pub fn start(client: Client) -> (Arc<WatchedCluster>, CacheReadiness) {
+    let (nodes, node_writer) = reflector::store::<Node>();
+    let (limit_ranges, lr_writer) = reflector::store::<LimitRange>();
+    let readiness = CacheReadiness::default();
+    let mut cluster = WatchedCluster::from_stores(nodes.clone(), limit_ranges.clone());
+
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::error!(
+            "cluster caches not started: no tokio runtime; node taints and LimitRanges stay unknown"
+        );
+        return (Arc::new(cluster), readiness);
+    };
+
+    let node_stream = reflector::reflector(
+        node_writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+            .modify(strip_managed_fields),
+    )
+    .default_backoff();
+    let lr_stream = reflector::reflector(
+        lr_writer,
+        watcher(Api::<LimitRange>::all(client), watcher::Config::default())
+            .modify(strip_managed_fields),
+    )
+    .default_backoff();
+
+    cluster.tasks = vec![
+        runtime.spawn(drive(node_stream, "nodes")).abort_handle(),
+        runtime
+            .spawn(drive(lr_stream, "limitranges"))
+            .abort_handle(),
+        runtime
+            .spawn(mark_when_ready(nodes, readiness.nodes.clone(), "nodes"))
+            .abort_handle(),
+        runtime
+            .spawn(mark_when_ready(
+                limit_ranges,
+                readiness.limit_ranges.clone(),
+                "limitranges",
+            ))
+            .abort_handle(),
+    ];
+    (Arc::new(cluster), readiness)
+}
+
+/// Drops `metadata.managedFields`, which rules never read, before an object is cached.
+fn strip_managed_fields<K: Resource>(obj: &mut K) {
+    obj.managed_fields_mut().clear();
+}
+
+/// Polls a reflector stream forever, logging its errors (the backoff makes it retry).
+async fn drive<S, T>(stream: S, what: &'static str)
+where
+    S: Stream<Item = Result<T, watcher::Error>>,
+{
+    let mut stream = std::pin::pin!(stream);
+    while let Some(item) = stream.next().await {
+        if let Err(err) = item {
+            tracing::warn!(resource = what, error = %err, "watch of the cluster failed; retrying with backoff");
+        }
+    }
+    tracing::warn!(
+        resource = what,
+        "watch stream of the cluster ended; cache no longer updated"
+    );
+}
+
+/// Sets `flag` once `store` had its first full list.
+async fn mark_when_ready<K>(store: Store<K>, flag: Arc<AtomicBool>, what: &'static str)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    match store.wait_until_ready().await {
+        Ok(()) => {
+            flag.store(true, Ordering::Release);
+            tracing::info!(
+                resource = what,
+                objects = store.len(),
+                "cluster cache ready"
+            );
+        }
+        Err(err) => tracing::warn!(resource = what, error = %err, "cluster cache never got ready"),
+    }
+}
+
+/// Whether rules can look things up in a cluster, and with which client.
+pub enum Lookups {
+    /// A client for the cluster found.
+    On(Client),
+    /// No cluster: why, in words for a person.
+    Off { reason: String },
+}
+
+impl fmt::Debug for Lookups {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::On(_) => f.write_str("On(Client)"),
+            Self::Off { reason } => f.debug_struct("Off").field("reason", reason).finish(),
+        }
+    }
+}
+
+const NOT_LOOKED_UP: &str = "node taints and LimitRanges will not be looked up";
+
+/// Finds a cluster as kubectl would: `KUBECONFIG` or `~/.kube/config`, else the in-cluster
+/// service account.
+pub async fn lookups_from_environment() -> Lookups {
+    match kube::Config::infer().await {
+        Ok(config) => lookups_from_config(config),
+        Err(err) => Lookups::Off {
+            reason: format!("no kubeconfig and not in a cluster: {NOT_LOOKED_UP} ({err})"),
+        },
+    }
+}
+
+/// Uses the current context of the kubeconfig file at `path`.
+pub async fn lookups_from_kubeconfig(path: &Path) -> Lookups {
+    let kubeconfig = match Kubeconfig::read_from(path) {
+        Ok(kubeconfig) => kubeconfig,
+        Err(err) => {
+            return Lookups::Off {
+                reason: format!(
+                    "cannot use kubeconfig {}: {err}: {NOT_LOOKED_UP}",
+                    path.display()
+                ),
+            };
+        }
+    };
+    match kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await {
+        Ok(config) => lookups_from_config(config),
+        Err(err) => Lookups::Off {
+            reason: format!(
+                "cannot use kubeconfig {}: {err}: {NOT_LOOKED_UP}",
+                path.display()
+            ),
+        },
+    }
+}
+
+fn lookups_from_config(config: kube::Config) -> Lookups {
+    match Client::try_from(config) {
+        Ok(client) => Lookups::On(client),
+        Err(err) => Lookups::Off {
+            reason: format!("cannot build a Kubernetes client: {err}: {NOT_LOOKED_UP}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{LimitRangeSpec, NodeSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+
+    fn taint(key: &str, effect: &str) -> Taint {
+        Taint {
+            key: key.to_string(),
+            effect: effect.to_string(),
+            ..Taint::default()
+        }
+    }
+
+    fn node(name: &str, taints: Option<Vec<Taint>>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                taints,
+                ..NodeSpec::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    fn limit_range(namespace: &str, name: &str, item_type: &str) -> LimitRange {
+        LimitRange {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(namespace.to_string()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LimitRangeSpec {
+                limits: vec![LimitRangeItem {
+                    type_: item_type.to_string(),
+                    ..LimitRangeItem::default()
+                }],
+            }),
+        }
+    }
+
+    fn fill<K>(writer: &mut Writer<K>, objects: Vec<K>)
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone,
+    {
+        writer.apply_watcher_event(&Event::Init);
+        for obj in objects {
+            writer.apply_watcher_event(&Event::InitApply(obj));
+        }
+        writer.apply_watcher_event(&Event::InitDone);
+    }
+
+    fn cluster(nodes: Vec<Node>, ranges: Vec<LimitRange>) -> WatchedCluster {
+        let (node_store, mut node_writer) = reflector::store();
+        let (lr_store, mut lr_writer) = reflector::store();
+        fill(&mut node_writer, nodes);
+        fill(&mut lr_writer, ranges);
+        WatchedCluster::from_stores(node_store, lr_store)
+    }
+
+    #[test]
+    fn a_cached_node_answers_its_taints() {
+        let taints = vec![taint("node.kubernetes.io/unschedulable", "NoSchedule")];
+        let view = cluster(vec![node("n1", Some(taints.clone()))], vec![]);
+        assert!(view.lookups_enabled());
+        assert_eq!(view.node_taints("n1"), Some(taints));
+    }
+
+    #[test]
+    fn a_cached_node_without_taints_answers_an_empty_list() {
+        let view = cluster(vec![node("n1", None), node("n2", Some(vec![]))], vec![]);
+        assert_eq!(view.node_taints("n1"), Some(vec![]));
+        assert_eq!(view.node_taints("n2"), Some(vec![]));
+    }
+
+    #[test]
+    fn a_node_without_spec_answers_an_empty_list() {
+        let mut bare = node("n1", None);
+        bare.spec = None;
+        let view = cluster(vec![bare], vec![]);
+        assert_eq!(view.node_taints("n1"), Some(vec![]));
+    }
+
+    #[test]
+    fn an_unknown_node_answers_none() {
+        let view = cluster(vec![node("n1", None)], vec![]);
+        assert_eq!(view.node_taints("n2"), None);
+    }
+
+    #[test]
+    fn limit_range_items_come_from_every_limit_range_of_the_namespace_only() {
+        let view = cluster(
+            vec![],
+            vec![
+                limit_range("team-a", "b", "Pod"),
+                limit_range("team-a", "a", "Container"),
+                limit_range("team-b", "c", "PersistentVolumeClaim"),
+            ],
+        );
+        let types: Vec<String> = view
+            .limit_range_items("team-a")
+            .into_iter()
+            .map(|item| item.type_)
+            .collect();
+        assert_eq!(types, vec!["Container", "Pod"]);
+        assert!(view.limit_range_items("team-c").is_empty());
+    }
+
+    #[test]
+    fn managed_fields_are_dropped_before_caching() {
+        let mut n = node("n1", None);
+        n.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        strip_managed_fields(&mut n);
+        assert!(n.metadata.managed_fields.unwrap_or_default().is_empty());
+    }
+
+    #[tokio::test]
+    async fn readiness_waits_for_both_caches() {
+        let (node_store, mut node_writer) = reflector::store::<Node>();
+        let (lr_store, mut lr_writer) = reflector::store::<LimitRange>();
+        let readiness = CacheReadiness::default();
+        let nodes_task = tokio::spawn(mark_when_ready(
+            node_store,
+            readiness.nodes.clone(),
+            "nodes",
+        ));
+        let lr_task = tokio::spawn(mark_when_ready(
+            lr_store,
+            readiness.limit_ranges.clone(),
+            "limitranges",
+        ));
+        assert!(!readiness.is_ready());
+
+        fill(&mut node_writer, vec![node("n1", None)]);
+        nodes_task.await.unwrap();
+        assert!(!readiness.clone().is_ready());
+
+        fill(&mut lr_writer, vec![]);
+        lr_task.await.unwrap();
+        assert!(readiness.is_ready());
+    }
+
+    #[tokio::test]
+    async fn a_missing_kubeconfig_turns_lookups_off_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nowhere.yaml");
+        match lookups_from_kubeconfig(&path).await {
+            Lookups::Off { reason } => {
+                assert!(reason.contains("nowhere.yaml"), "{reason}");
+            }
+            other => panic!("expected Off, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_kubeconfig_without_a_context_turns_lookups_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config");
+        std::fs::write(&path, "apiVersion: v1\nkind: Config\nclusters: []\n").unwrap();
+        assert!(matches!(
+            lookups_from_kubeconfig(&path).await,
+            Lookups::Off { .. }
+        ));
+    }
+}

@@ -1,0 +1,661 @@
+//! Runs the rule registry on one object and computes the JSON Patch. Knows which objects,
+//! operations and annotations are acted on; knows nothing of HTTP. `serve` and `audit` both
+//! call [`Engine::review`].
+//!
+//! The patch is the diff of two serializations of the same typed pod spec (before and after
+//! the rules), so a field our Kubernetes types do not know is in neither and is never removed.
+
+use std::collections::BTreeMap;
+
+use json_patch::PatchOperation;
+use json_patch::jsonptr::{Pointer, PointerBuf};
+use k8s_openapi::api::core::v1::PodSpec;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::cluster::ClusterView;
+use crate::config::{Config, Mode};
+use crate::rules::{self, PodMeta, Rule, RuleContext};
+use crate::target::{self, Target, WorkloadKind};
+
+/// Lists rules (or `all`) podmend must leave alone on this object.
+pub const SKIP_ANNOTATION: &str = "podmend.io/skip";
+/// Records which rules changed the object.
+pub const MUTATED_ANNOTATION: &str = "podmend.io/mutated";
+/// Marks a mirror (static) pod, created by a kubelet with nodeName already set.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    pub fn parse(text: &str) -> Option<Self> {
+        Some(match text {
+            "CREATE" => Operation::Create,
+            "UPDATE" => Operation::Update,
+            "DELETE" => Operation::Delete,
+            "CONNECT" => Operation::Connect,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+}
+
+/// One object under review, as the API server describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Subject<'a> {
+    pub operation: Operation,
+    /// API group of the kind (`""` for core).
+    pub group: &'a str,
+    pub kind: &'a str,
+    /// `""` for the main resource, else e.g. `"status"`.
+    pub sub_resource: &'a str,
+    pub namespace: &'a str,
+    pub object: Option<&'a Value>,
+    pub old_object: Option<&'a Value>,
+}
+
+/// Why an object was passed without looking at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    UnhandledKind,
+    SubResource,
+    Operation,
+    NoObject,
+    ExcludedNamespace,
+    MirrorPod,
+    DeploymentOwnedReplicaSet,
+    SkipAnnotation,
+    TemplateUnchanged,
+    NoPodSpec,
+    /// The pod spec does not decode (the API server will reject it anyway).
+    UndecodablePodSpec(String),
+}
+
+impl Skip {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Skip::UnhandledKind => "unhandled-kind",
+            Skip::SubResource => "subresource",
+            Skip::Operation => "operation",
+            Skip::NoObject => "no-object",
+            Skip::ExcludedNamespace => "excluded-namespace",
+            Skip::MirrorPod => "mirror-pod",
+            Skip::DeploymentOwnedReplicaSet => "deployment-owned-replicaset",
+            Skip::SkipAnnotation => "skip-annotation",
+            Skip::TemplateUnchanged => "template-unchanged",
+            Skip::NoPodSpec => "no-pod-spec",
+            Skip::UndecodablePodSpec(_) => "undecodable-pod-spec",
+        }
+    }
+}
+
+/// What one rule found on one object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub rule: &'static str,
+    /// The mode the rule acts in for this object.
+    pub mode: Mode,
+    /// One short line per change.
+    pub messages: Vec<String>,
+    /// How to fix the source.
+    pub advice: &'static str,
+    /// The rule's repair as a JSON Patch on the whole object, whether or not it is applied.
+    pub patch: Vec<PatchOperation>,
+}
+
+/// The result of reviewing one object.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Outcome {
+    pub target: Option<&'static Target>,
+    pub skipped: Option<Skip>,
+    pub findings: Vec<Finding>,
+    /// What `enforce` applies: every enforce-mode repair plus the `podmend.io/mutated`
+    /// annotation. Empty when nothing is applied.
+    pub patch: Vec<PatchOperation>,
+}
+
+impl Outcome {
+    fn skipped(target: Option<&'static Target>, skip: Skip) -> Self {
+        Self {
+            target,
+            skipped: Some(skip),
+            ..Self::default()
+        }
+    }
+
+    /// The findings acted on in `mode`.
+    pub fn in_mode(&self, mode: Mode) -> impl Iterator<Item = &Finding> {
+        self.findings.iter().filter(move |f| f.mode == mode)
+    }
+}
+
+/// The rules of one configuration, ready to review objects.
+pub struct Engine {
+    rules: Vec<Box<dyn Rule>>,
+    exclude_namespaces: Vec<String>,
+}
+
+impl Engine {
+    pub fn new(config: &Config) -> Self {
+        Self {
+            rules: rules::registry(config),
+            exclude_namespaces: config.exclude_namespaces.clone(),
+        }
+    }
+
+    /// Reviews one object: decides whether podmend acts on it, runs every rule that may
+    /// apply, and computes the patches.
+    pub fn review(&self, subject: &Subject<'_>, cluster: &dyn ClusterView) -> Outcome {
+        let Some(target) = target::for_kind(subject.group, subject.kind) else {
+            return Outcome::skipped(None, Skip::UnhandledKind);
+        };
+        let skip = |reason| Outcome::skipped(Some(target), reason);
+        if !subject.sub_resource.is_empty() {
+            return skip(Skip::SubResource);
+        }
+        if !acts_on(target, subject.operation) {
+            return skip(Skip::Operation);
+        }
+        let Some(object) = subject.object.filter(|o| o.is_object()) else {
+            return skip(Skip::NoObject);
+        };
+        let namespace = if subject.namespace.is_empty() {
+            object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+        } else {
+            subject.namespace
+        };
+        if self.exclude_namespaces.iter().any(|n| n == namespace) {
+            return skip(Skip::ExcludedNamespace);
+        }
+        let object_annotations = string_map(object.pointer("/metadata/annotations"));
+        if target.kind == WorkloadKind::Pod && object_annotations.contains_key(MIRROR_ANNOTATION) {
+            return skip(Skip::MirrorPod);
+        }
+        if target.kind == WorkloadKind::ReplicaSet && has_deployment_controller(object) {
+            return skip(Skip::DeploymentOwnedReplicaSet);
+        }
+        if subject.operation == Operation::Update {
+            let template = target.template.unwrap_or(target.spec);
+            let old = subject.old_object.and_then(|o| o.pointer(template));
+            if old.is_some() && old == object.pointer(template) {
+                return skip(Skip::TemplateUnchanged);
+            }
+        }
+        let Some(raw_spec) = object.pointer(target.spec) else {
+            return skip(Skip::NoPodSpec);
+        };
+        let meta = PodMeta {
+            labels: string_map(object.pointer(&format!("{}/labels", target.metadata))),
+            annotations: string_map(object.pointer(&format!("{}/annotations", target.metadata))),
+        };
+        let skipped_rules = SkipList::from_annotations([&object_annotations, &meta.annotations]);
+        if skipped_rules.all {
+            return skip(Skip::SkipAnnotation);
+        }
+        let active: Vec<(&dyn Rule, Mode)> = self
+            .rules
+            .iter()
+            .map(|rule| (rule.as_ref(), rule.modes().for_target(target.is_template())))
+            .filter(|(rule, mode)| {
+                *mode != Mode::Off
+                    && !skipped_rules.contains(rule.id())
+                    && rule.may_apply(raw_spec, &meta)
+            })
+            .collect();
+        if active.is_empty() {
+            return Outcome {
+                target: Some(target),
+                ..Outcome::default()
+            };
+        }
+        let original = match PodSpec::deserialize(raw_spec) {
+            Ok(spec) => spec,
+            Err(error) => return skip(Skip::UndecodablePodSpec(error.to_string())),
+        };
+        let spec_pointer = parse_pointer(target.spec);
+        let cx = RuleContext { namespace, cluster };
+        let mut applied = original.clone();
+        let mut applied_value = to_json(&applied);
+        let mut findings = Vec::new();
+        for (rule, mode) in active {
+            let mut candidate = applied.clone();
+            let messages = rule.repair(&mut candidate, &meta, &cx);
+            let candidate_value = to_json(&candidate);
+            let patch = prefixed(
+                &spec_pointer,
+                json_patch::diff(&applied_value, &candidate_value),
+            );
+            if messages.is_empty() && patch.is_empty() {
+                continue;
+            }
+            if mode == Mode::Enforce && !patch.is_empty() {
+                applied = candidate;
+                applied_value = candidate_value;
+            }
+            findings.push(Finding {
+                rule: rule.id(),
+                mode,
+                messages,
+                advice: rule.advice(),
+                patch,
+            });
+        }
+        let mut patch = prefixed(
+            &spec_pointer,
+            json_patch::diff(&to_json(&original), &applied_value),
+        );
+        if !patch.is_empty() {
+            let changed_by: Vec<&str> = findings
+                .iter()
+                .filter(|f| f.mode == Mode::Enforce && !f.patch.is_empty())
+                .map(|f| f.rule)
+                .collect();
+            patch.push(mutated_annotation_op(
+                object,
+                target.metadata,
+                &meta.annotations,
+                &changed_by,
+            ));
+        }
+        Outcome {
+            target: Some(target),
+            skipped: None,
+            findings,
+            patch,
+        }
+    }
+}
+
+/// Pods are repaired on CREATE only (their spec is immutable after); a Job's template is
+/// immutable too; other templates may be repaired whenever they are written.
+fn acts_on(target: &Target, operation: Operation) -> bool {
+    match operation {
+        Operation::Create => true,
+        Operation::Update => !matches!(target.kind, WorkloadKind::Pod | WorkloadKind::Job),
+        Operation::Delete | Operation::Connect => false,
+    }
+}
+
+/// A ReplicaSet its Deployment controls: mutating its template makes the Deployment
+/// controller create ReplicaSets without end (kubernetes#57167).
+fn has_deployment_controller(object: &Value) -> bool {
+    object
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|owners| {
+            owners.iter().any(|owner| {
+                owner.get("controller").and_then(Value::as_bool) == Some(true)
+                    && owner.get("kind").and_then(Value::as_str) == Some("Deployment")
+            })
+        })
+}
+
+/// The `podmend.io/skip` annotation: `all`, or a comma-separated list of rule ids.
+#[derive(Default)]
+struct SkipList {
+    all: bool,
+    rules: Vec<String>,
+}
+
+impl SkipList {
+    fn from_annotations<'a>(
+        sources: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+    ) -> Self {
+        let mut list = SkipList::default();
+        for annotations in sources {
+            let Some(value) = annotations.get(SKIP_ANNOTATION) else {
+                continue;
+            };
+            for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                if item == "all" {
+                    list.all = true;
+                } else {
+                    list.rules.push(item.to_string());
+                }
+            }
+        }
+        list
+    }
+
+    fn contains(&self, rule: &str) -> bool {
+        self.all || self.rules.iter().any(|r| r == rule)
+    }
+}
+
+/// The `add` operation that records the rules that changed the object, keeping rules
+/// recorded by an earlier pass (a template's repair carried into its pods).
+fn mutated_annotation_op(
+    object: &Value,
+    metadata_pointer: &str,
+    annotations: &BTreeMap<String, String>,
+    changed_by: &[&str],
+) -> PatchOperation {
+    let mut rules: Vec<String> = annotations
+        .get(MUTATED_ANNOTATION)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    for rule in changed_by {
+        if !rules.iter().any(|r| r == rule) {
+            rules.push((*rule).to_string());
+        }
+    }
+    let value = Value::String(rules.join(","));
+    let metadata = object.pointer(metadata_pointer);
+    let (path, value) = match metadata {
+        Some(meta) if meta.get("annotations").is_some_and(Value::is_object) => {
+            let mut path = parse_pointer(metadata_pointer);
+            path.push_back("annotations");
+            path.push_back(MUTATED_ANNOTATION);
+            (path, value)
+        }
+        Some(meta) if meta.is_object() => {
+            let mut path = parse_pointer(metadata_pointer);
+            path.push_back("annotations");
+            (path, single_entry(MUTATED_ANNOTATION, value))
+        }
+        _ => (
+            parse_pointer(metadata_pointer),
+            single_entry("annotations", single_entry(MUTATED_ANNOTATION, value)),
+        ),
+    };
+    PatchOperation::Add(json_patch::AddOperation { path, value })
+}
+
+fn single_entry(key: &str, value: Value) -> Value {
+    let mut map = Map::new();
+    map.insert(key.to_string(), value);
+    Value::Object(map)
+}
+
+fn prefixed(prefix: &Pointer, patch: json_patch::Patch) -> Vec<PatchOperation> {
+    patch
+        .0
+        .into_iter()
+        .map(|mut op| {
+            let path = match &mut op {
+                PatchOperation::Add(o) => &mut o.path,
+                PatchOperation::Remove(o) => &mut o.path,
+                PatchOperation::Replace(o) => &mut o.path,
+                PatchOperation::Move(o) => &mut o.path,
+                PatchOperation::Copy(o) => &mut o.path,
+                PatchOperation::Test(o) => &mut o.path,
+            };
+            *path = prefix.concat(path);
+            op
+        })
+        .collect()
+}
+
+/// Pointers in the target table are constants; an invalid one is a programming error that
+/// the target tests catch, so fall back to the root rather than panic.
+fn parse_pointer(text: &str) -> PointerBuf {
+    PointerBuf::parse(text).unwrap_or_default()
+}
+
+fn to_json(spec: &PodSpec) -> Value {
+    // Serializing a k8s-openapi type into a Value cannot fail (string keys, no custom errors).
+    serde_json::to_value(spec).unwrap_or(Value::Null)
+}
+
+fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
+    value
+        .and_then(Value::as_object)
+        .map(|map| {
+            map.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::StaticCluster;
+
+    fn engine() -> Engine {
+        Engine::new(&Config::default())
+    }
+
+    fn pod(spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": spec})
+    }
+
+    fn create<'a>(group: &'a str, kind: &'a str, object: &'a Value) -> Subject<'a> {
+        Subject {
+            operation: Operation::Create,
+            group,
+            kind,
+            sub_resource: "",
+            namespace: "ns",
+            object: Some(object),
+            old_object: None,
+        }
+    }
+
+    fn apply(object: &Value, patch: &[PatchOperation]) -> Value {
+        let mut out = object.clone();
+        json_patch::patch(&mut out, patch).expect("patch applies");
+        out
+    }
+
+    fn cluster() -> StaticCluster {
+        StaticCluster::empty().with_node("n1", vec![])
+    }
+
+    #[test]
+    fn fields_unknown_to_the_types_survive_the_patch() {
+        let object = pod(json!({
+            "nodeName": "n1",
+            "inventedSpecField": {"keep": true},
+            "containers": [{"name": "a", "image": "x", "inventedContainerField": [1, 2]}]
+        }));
+        let outcome = engine().review(&create("", "Pod", &object), &cluster());
+        assert!(!outcome.patch.is_empty());
+        let patched = apply(&object, &outcome.patch);
+        assert_eq!(patched["spec"]["inventedSpecField"], json!({"keep": true}));
+        assert_eq!(
+            patched["spec"]["containers"][0]["inventedContainerField"],
+            json!([1, 2])
+        );
+        assert!(patched["spec"].get("nodeName").is_none());
+        assert!(outcome.patch.iter().all(
+            |op| !matches!(op, PatchOperation::Remove(r) if r.path.as_str() != "/spec/nodeName")
+        ));
+    }
+
+    #[test]
+    fn the_mutated_annotation_records_the_rules_that_changed_the_object() {
+        let object = pod(json!({"nodeName": "n1", "containers": [{"name": "a"}]}));
+        let outcome = engine().review(&create("", "Pod", &object), &cluster());
+        let patched = apply(&object, &outcome.patch);
+        assert_eq!(
+            patched["metadata"]["annotations"][MUTATED_ANNOTATION],
+            "node-affinity"
+        );
+    }
+
+    #[test]
+    fn a_second_pass_over_the_output_changes_nothing() {
+        let object = pod(json!({"nodeName": "n1", "containers": [{"name": "a"}]}));
+        let first = engine().review(&create("", "Pod", &object), &cluster());
+        let patched = apply(&object, &first.patch);
+        let second = engine().review(&create("", "Pod", &patched), &cluster());
+        assert!(second.patch.is_empty());
+        assert!(second.findings.is_empty());
+    }
+
+    #[test]
+    fn templates_are_warned_about_but_not_changed_by_default() {
+        let object = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}}});
+        let outcome = engine().review(&create("apps", "Deployment", &object), &cluster());
+        assert!(outcome.patch.is_empty());
+        assert_eq!(outcome.findings.len(), 1);
+        assert_eq!(outcome.findings[0].mode, Mode::Warn);
+        // The audit still gets the repair, on the template's path.
+        assert!(outcome.findings[0].patch.iter().any(|op| matches!(op, PatchOperation::Remove(r) if r.path.as_str() == "/spec/template/spec/nodeName")));
+    }
+
+    #[test]
+    fn templates_in_enforce_mode_get_the_annotation_on_the_template() {
+        let mut config = Config::default();
+        config.rules.node_affinity.templates = Mode::Enforce;
+        let object = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}}}}});
+        let outcome = Engine::new(&config).review(&create("batch", "CronJob", &object), &cluster());
+        let patched = apply(&object, &outcome.patch);
+        let template = &patched["spec"]["jobTemplate"]["spec"]["template"];
+        assert_eq!(
+            template["metadata"]["annotations"][MUTATED_ANNOTATION],
+            "node-affinity"
+        );
+        assert!(template["spec"].get("nodeName").is_none());
+    }
+
+    #[test]
+    fn objects_podmend_must_not_touch_are_skipped_with_a_reason() {
+        let node_pod = pod(json!({"nodeName": "n1", "containers": [{"name": "a"}]}));
+        let mut mirror = node_pod.clone();
+        mirror["metadata"]["annotations"] = json!({MIRROR_ANNOTATION: "abc"});
+        let mut skip_all = node_pod.clone();
+        skip_all["metadata"]["annotations"] = json!({SKIP_ANNOTATION: "all"});
+        let owned_rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "r",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "d", "uid": "u", "controller": true}]},
+            "spec": {"template": {"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}}});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap"});
+        let e = engine();
+        let c = cluster();
+        let review = |subject: Subject<'_>| e.review(&subject, &c).skipped;
+
+        assert_eq!(review(create("", "Pod", &mirror)), Some(Skip::MirrorPod));
+        assert_eq!(
+            review(create("", "Pod", &skip_all)),
+            Some(Skip::SkipAnnotation)
+        );
+        assert_eq!(
+            review(create("apps", "ReplicaSet", &owned_rs)),
+            Some(Skip::DeploymentOwnedReplicaSet)
+        );
+        assert_eq!(
+            review(create("", "ConfigMap", &cm)),
+            Some(Skip::UnhandledKind)
+        );
+        assert_eq!(
+            review(Subject {
+                operation: Operation::Update,
+                old_object: Some(&node_pod),
+                ..create("", "Pod", &node_pod)
+            }),
+            Some(Skip::Operation)
+        );
+        assert_eq!(
+            review(Subject {
+                operation: Operation::Delete,
+                object: None,
+                ..create("", "Pod", &node_pod)
+            }),
+            Some(Skip::Operation)
+        );
+        assert_eq!(
+            review(Subject {
+                sub_resource: "status",
+                ..create("", "Pod", &node_pod)
+            }),
+            Some(Skip::SubResource)
+        );
+        let job = json!({"kind": "Job", "spec": {"template": {"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}}});
+        assert_eq!(
+            review(Subject {
+                operation: Operation::Update,
+                old_object: Some(&cm),
+                ..create("batch", "Job", &job)
+            }),
+            Some(Skip::Operation)
+        );
+    }
+
+    #[test]
+    fn a_skip_annotation_naming_one_rule_skips_only_that_rule() {
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"jenkins/label": "x"}, "annotations": {SKIP_ANNOTATION: "node-affinity"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}});
+        let outcome = engine().review(&create("", "Pod", &object), &cluster());
+        let rules: Vec<&str> = outcome.findings.iter().map(|f| f.rule).collect();
+        assert_eq!(rules, vec!["agent-requests"]);
+    }
+
+    #[test]
+    fn an_update_that_leaves_the_template_unchanged_is_not_reviewed() {
+        let object = json!({"kind": "Deployment", "metadata": {"name": "d", "labels": {"new": "x"}},
+            "spec": {"template": {"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}}});
+        let mut old = object.clone();
+        old["metadata"]["labels"] = json!({});
+        let subject = Subject {
+            operation: Operation::Update,
+            old_object: Some(&old),
+            ..create("apps", "Deployment", &object)
+        };
+        assert_eq!(
+            engine().review(&subject, &cluster()).skipped,
+            Some(Skip::TemplateUnchanged)
+        );
+    }
+
+    #[test]
+    fn excluded_namespaces_are_skipped() {
+        let config = Config {
+            exclude_namespaces: vec!["ns".to_string()],
+            ..Config::default()
+        };
+        let object = pod(json!({"nodeName": "n1", "containers": [{"name": "a"}]}));
+        let outcome = Engine::new(&config).review(&create("", "Pod", &object), &cluster());
+        assert_eq!(outcome.skipped, Some(Skip::ExcludedNamespace));
+    }
+
+    #[test]
+    fn a_pod_spec_that_does_not_decode_is_skipped_not_panicked_on() {
+        let object = pod(json!({"nodeName": "n1", "containers": "not a list"}));
+        let outcome = engine().review(&create("", "Pod", &object), &cluster());
+        assert!(matches!(outcome.skipped, Some(Skip::UndecodablePodSpec(_))));
+    }
+
+    #[test]
+    fn annotation_keys_with_slashes_are_escaped_in_the_patch_path() {
+        let object = json!({"kind": "Pod", "metadata": {"annotations": {"a": "b"}}, "spec": {"nodeName": "n1", "containers": [{"name": "a"}]}});
+        let outcome = engine().review(&create("", "Pod", &object), &cluster());
+        let json = serde_json::to_value(&outcome.patch).expect("serializes");
+        assert!(
+            json.as_array()
+                .expect("array")
+                .iter()
+                .any(|op| op["path"] == "/metadata/annotations/podmend.io~1mutated"),
+            "{json}"
+        );
+    }
+}

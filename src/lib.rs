@@ -1,0 +1,31 @@
+//! podmend: a Kubernetes admission webhook that repairs pod specs which make clusters fall
+//! over, and a dry-run audit that shows the same repairs.
+//!
+//! Module map:
+//! - [`cli`]: the command line (clap); `main.rs` only dispatches.
+//! - [`config`]: the YAML configuration, its defaults and validation.
+//! - [`admission`]: the `admission.k8s.io/v1` AdmissionReview envelope, in and out.
+//! - [`engine`]: runs the rules on one object and computes the JSON Patch.
+//! - [`target`]: the one table from workload kind to pod-template path.
+//! - [`rules`]: the ordered rule registry, one file per rule.
+//! - [`quantity`]: Kubernetes resource quantities, parsed exactly.
+//! - [`cluster`]: what rules may ask of the cluster (node taints, LimitRanges), and the
+//!   watched caches that answer it.
+//! - [`server`]: `podmend serve`: the HTTPS webhook, the metrics port, TLS reloading.
+//! - [`metrics`]: the Prometheus registry.
+//! - [`certs`]: `podmend certs`, a development PKI.
+#![forbid(unsafe_code)]
+#![deny(rust_2018_idioms)]
+
+pub mod admission;
+pub mod certs;
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod engine;
+pub mod metrics;
+pub mod quantity;
+pub mod rules;
+pub mod server;
+pub mod target;
+pub mod telemetry;

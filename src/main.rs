@@ -1,0 +1,96 @@
+//! The `podmend` binary: parse the command line, set up logging, dispatch.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use podmend::cli::{Cli, Command};
+use podmend::config::{Config, DEFAULT_CONFIG_YAML};
+use podmend::server::{self, ServeOptions};
+use podmend::{certs, telemetry};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    telemetry::init(cli.log_format);
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("podmend: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Serve(args) => {
+            // One process-wide crypto provider, so every rustls user (kube's client too) agrees.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let options = ServeOptions {
+                listen: args.listen,
+                metrics_listen: args.metrics_listen,
+                tls_cert: args.tls_cert,
+                tls_key: args.tls_key,
+                config: args.config,
+                kubeconfig: args.kubeconfig,
+                reload_interval: Duration::from_secs(args.reload_seconds),
+                shutdown_timeout: Duration::from_secs(args.shutdown_seconds),
+            };
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            runtime.block_on(server::serve(options, shutdown_signal()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Certs(args) => {
+            let pki = certs::generate(&args.dns, args.days)?;
+            pki.write_to(&args.out)?;
+            println!(
+                "wrote {dir}/ca.crt, {dir}/tls.crt, {dir}/tls.key (valid {days} days for {names})",
+                dir = args.out.display(),
+                days = args.days,
+                names = args.dns.join(", ")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config(args) => match args.check {
+            None => {
+                print!("{DEFAULT_CONFIG_YAML}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Some(path) => match Config::from_file(&path) {
+                Ok(_) => {
+                    println!("{}: valid", path.display());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(error) => {
+                    eprintln!("podmend: {error}");
+                    Ok(ExitCode::FAILURE)
+                }
+            },
+        },
+    }
+}
+
+/// Resolves on SIGTERM (the kubelet stopping the pod) or Ctrl-C.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

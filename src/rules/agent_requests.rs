@@ -1,0 +1,686 @@
+//! `agent-requests`: small agent pods (Pinniped's kube-cert-agent, Jenkins agents) must land
+//! on a node even when its allocatable resources are fully requested. Their requests become
+//! an explicit `"0"` (an absent request would be defaulted back to the limit) and their
+//! limits stay, so the pod is Burstable, not BestEffort. A namespace LimitRange that forbids
+//! zero (a `min`, a `maxLimitRequestRatio`) gets the smallest request it accepts instead.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, LimitRangeItem, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
+
+use super::{Modes, PodMeta, Rule, RuleContext};
+use crate::config::AgentRequestsConfig;
+use crate::quantity::{self, Milli};
+
+pub const ID: &str = "agent-requests";
+
+/// Marks any pod as an agent, whatever its labels.
+pub const AGENT_ANNOTATION: &str = "podmend.io/agent";
+
+pub struct AgentRequests {
+    config: AgentRequestsConfig,
+}
+
+impl AgentRequests {
+    pub fn new(config: AgentRequestsConfig) -> Self {
+        Self { config }
+    }
+
+    fn is_agent(&self, meta: &PodMeta) -> bool {
+        meta.annotations.get(AGENT_ANNOTATION).map(String::as_str) == Some("true")
+            || self
+                .config
+                .presets
+                .iter()
+                .any(|preset| meta.labels.contains_key(preset.label_key()))
+            || self
+                .config
+                .selectors
+                .iter()
+                .any(|selector| selector_matches(selector, &meta.labels))
+    }
+}
+
+impl Rule for AgentRequests {
+    fn id(&self) -> &'static str {
+        ID
+    }
+
+    fn modes(&self) -> Modes {
+        Modes {
+            pods: self.config.mode,
+            templates: self.config.templates,
+        }
+    }
+
+    fn may_apply(&self, _raw_spec: &Value, meta: &PodMeta) -> bool {
+        self.is_agent(meta)
+    }
+
+    fn repair(&self, spec: &mut PodSpec, meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String> {
+        if !self.is_agent(meta) {
+            return Vec::new();
+        }
+        let limit_ranges: Vec<LimitRangeItem> = cx
+            .cluster
+            .limit_range_items(cx.namespace)
+            .into_iter()
+            .filter(|item| item.type_ == "Container")
+            .collect();
+        let mut changed = Changes::default();
+        for container in spec.containers.iter_mut() {
+            self.repair_container(container, &limit_ranges, &mut changed);
+        }
+        for container in spec.init_containers.iter_mut().flatten() {
+            self.repair_container(container, &limit_ranges, &mut changed);
+        }
+        self.repair_pod_level(spec, &mut changed);
+        changed.messages()
+    }
+
+    fn advice(&self) -> &'static str {
+        "set the agent's cpu/memory requests to \"0\" and keep its limits"
+    }
+}
+
+impl AgentRequests {
+    fn repair_container(
+        &self,
+        container: &mut Container,
+        limit_ranges: &[LimitRangeItem],
+        changed: &mut Changes,
+    ) {
+        let Some(resources) = container.resources.as_mut() else {
+            return;
+        };
+        for name in &self.config.resources {
+            let floor = |limit: Option<Milli>| limit_range_floor(name, limit, limit_ranges);
+            if let Some(outcome) =
+                zero_request(resources, name, self.config.limit_from_request, floor)
+            {
+                changed.record(name, &container.name, outcome);
+            }
+        }
+    }
+
+    /// Pod-level `spec.resources` (PodLevelResources): the same, except the request may not
+    /// fall below the containers' aggregate request (`validatePodResourceConsistency`).
+    fn repair_pod_level(&self, spec: &mut PodSpec, changed: &mut Changes) {
+        let Some(mut resources) = spec.resources.take() else {
+            return;
+        };
+        for name in &self.config.resources {
+            let aggregate = aggregate_container_requests(spec, name);
+            let max_container_limit = max_container_limit(spec, name);
+            // A pod limit below a container's limit is invalid: only copy the request into a
+            // missing limit when every container limit fits under it.
+            let limit_from_request = self.config.limit_from_request
+                && request_milli(&resources, name)
+                    .is_some_and(|r| max_container_limit.is_none_or(|l| l <= r));
+            if let Some(outcome) =
+                zero_request(&mut resources, name, limit_from_request, |_| aggregate)
+            {
+                changed.record(name, "(pod)", outcome);
+            }
+        }
+        spec.resources = Some(resources);
+    }
+}
+
+/// What happened to one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Outcome {
+    floor: Milli,
+    limit_added: bool,
+}
+
+/// Sets `requests[name]` to the floor (0 unless a LimitRange needs more), copying a lone
+/// request into the limit first when asked. `None` when nothing changed.
+fn zero_request(
+    resources: &mut ResourceRequirements,
+    name: &str,
+    limit_from_request: bool,
+    floor: impl Fn(Option<Milli>) -> Milli,
+) -> Option<Outcome> {
+    let request = resources
+        .requests
+        .as_ref()
+        .and_then(|r| r.get(name))
+        .cloned();
+    let limit = resources.limits.as_ref().and_then(|l| l.get(name)).cloned();
+    let mut limit_added = false;
+    let limit_milli = match (&request, &limit) {
+        (None, None) => return None,
+        (_, Some(limit)) => quantity::parse_milli(&limit.0),
+        (Some(request), None) => {
+            let request_milli = quantity::parse_milli(&request.0);
+            if limit_from_request && request_milli.is_some_and(|r| r > 0) {
+                resources
+                    .limits
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name.to_string(), request.clone());
+                limit_added = true;
+            }
+            request_milli.filter(|_| limit_added)
+        }
+    };
+    let floor = floor(limit_milli);
+    let current = request.as_ref().and_then(|r| quantity::parse_milli(&r.0));
+    if current == Some(floor) && !limit_added {
+        return None;
+    }
+    resources
+        .requests
+        .get_or_insert_with(BTreeMap::new)
+        .insert(name.to_string(), Quantity(format_quantity(name, floor)));
+    Some(Outcome { floor, limit_added })
+}
+
+/// The smallest request the namespace's Container LimitRanges accept: their `min`, and
+/// for `maxLimitRequestRatio` the request that keeps limit/request within the ratio,
+/// compared exactly as LimitRanger's `limitRequestRatioConstraint` does.
+fn limit_range_floor(name: &str, limit: Option<Milli>, items: &[LimitRangeItem]) -> Milli {
+    let mut floor: Milli = 0;
+    for item in items {
+        if let Some(min) = item
+            .min
+            .as_ref()
+            .and_then(|m| m.get(name))
+            .and_then(|q| quantity::parse_milli(&q.0))
+        {
+            floor = floor.max(min);
+        }
+        let ratio = item
+            .max_limit_request_ratio
+            .as_ref()
+            .and_then(|r| r.get(name))
+            .and_then(|q| quantity::parse_milli(&q.0));
+        if let (Some(ratio), Some(limit)) = (ratio, limit) {
+            floor = floor.max(ratio_floor(name, limit, ratio));
+        }
+    }
+    round_for_resource(name, floor)
+}
+
+fn ratio_floor(name: &str, limit: Milli, ratio: Milli) -> Milli {
+    if ratio <= 0 || limit <= 0 {
+        return 0;
+    }
+    let mut request = round_for_resource(name, (limit * 1000 + ratio - 1) / ratio);
+    let step = if is_byte_resource(name) { 1000 } else { 1 };
+    // LimitRanger compares as float64: (limit / request) * 1000 > ratio is rejected.
+    while (limit as f64 / request as f64) * 1000.0 > ratio as f64 {
+        request += step;
+    }
+    request
+}
+
+fn is_byte_resource(name: &str) -> bool {
+    name != "cpu"
+}
+
+/// Memory and storage requests are whole bytes; cpu keeps milli-cores.
+fn round_for_resource(name: &str, milli: Milli) -> Milli {
+    if is_byte_resource(name) && milli % 1000 != 0 {
+        (milli / 1000 + 1) * 1000
+    } else {
+        milli
+    }
+}
+
+fn format_quantity(name: &str, milli: Milli) -> String {
+    if is_byte_resource(name) {
+        quantity::format_whole_units_up(milli)
+    } else {
+        quantity::format_milli(milli)
+    }
+}
+
+fn request_milli(resources: &ResourceRequirements, name: &str) -> Option<Milli> {
+    resources
+        .requests
+        .as_ref()
+        .and_then(|r| r.get(name))
+        .and_then(|q| quantity::parse_milli(&q.0))
+}
+
+fn container_request(container: &Container, name: &str) -> Milli {
+    container
+        .resources
+        .as_ref()
+        .and_then(|r| request_milli(r, name))
+        .unwrap_or(0)
+}
+
+/// The containers' aggregate request as the API computes it for pod-level checks: regular
+/// containers and sidecars add up; a regular init container runs alone.
+fn aggregate_container_requests(spec: &PodSpec, name: &str) -> Milli {
+    let mut sum: Milli = spec
+        .containers
+        .iter()
+        .map(|c| container_request(c, name))
+        .sum();
+    let mut max_init: Milli = 0;
+    for init in spec.init_containers.iter().flatten() {
+        let request = container_request(init, name);
+        if init.restart_policy.as_deref() == Some("Always") {
+            sum += request;
+        } else {
+            max_init = max_init.max(request);
+        }
+    }
+    sum.max(max_init)
+}
+
+fn max_container_limit(spec: &PodSpec, name: &str) -> Option<Milli> {
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .filter_map(|c| c.resources.as_ref()?.limits.as_ref()?.get(name))
+        .filter_map(|q| quantity::parse_milli(&q.0))
+        .max()
+}
+
+/// `metav1.LabelSelector` semantics: every matchLabels pair and every expression must hold.
+fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let labels_match = selector
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(key, value)| labels.get(key) == Some(value));
+    let expressions_match = selector.match_expressions.iter().flatten().all(|expr| {
+        let value = labels.get(&expr.key);
+        let values = expr.values.as_deref().unwrap_or_default();
+        match expr.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            _ => false,
+        }
+    });
+    labels_match && expressions_match
+}
+
+/// Collects what changed across containers into a few short messages.
+#[derive(Default)]
+struct Changes {
+    zeroed: Vec<String>,
+    floors: Vec<String>,
+    limits_added: Vec<String>,
+    containers: Vec<String>,
+}
+
+impl Changes {
+    fn record(&mut self, resource: &str, container: &str, outcome: Outcome) {
+        if !self.containers.iter().any(|c| c == container) {
+            self.containers.push(container.to_string());
+        }
+        if outcome.floor == 0 {
+            push_unique(&mut self.zeroed, resource);
+        } else {
+            push_unique(
+                &mut self.floors,
+                &format!(
+                    "{resource}={} ({container})",
+                    format_quantity(resource, outcome.floor)
+                ),
+            );
+        }
+        if outcome.limit_added {
+            push_unique(&mut self.limits_added, &format!("{resource} ({container})"));
+        }
+    }
+
+    fn messages(self) -> Vec<String> {
+        if self.containers.is_empty() {
+            return Vec::new();
+        }
+        let mut messages = Vec::new();
+        let containers = self.containers.join(", ");
+        if !self.zeroed.is_empty() {
+            messages.push(format!(
+                "agent pod: {} requests set to 0, limits kept, on {containers}",
+                self.zeroed.join("/")
+            ));
+        }
+        if !self.floors.is_empty() {
+            messages.push(format!(
+                "agent pod: namespace LimitRange forbids 0, requests set to its floor: {}",
+                self.floors.join(", ")
+            ));
+        }
+        if !self.limits_added.is_empty() {
+            messages.push(format!(
+                "agent pod: request copied to the missing limit for {}",
+                self.limits_added.join(", ")
+            ));
+        }
+        messages
+    }
+}
+
+fn push_unique(list: &mut Vec<String>, item: &str) {
+    if !list.iter().any(|existing| existing == item) {
+        list.push(item.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::StaticCluster;
+    use crate::config::Preset;
+
+    fn agent_meta() -> PodMeta {
+        PodMeta {
+            labels: BTreeMap::from([("jenkins/label".to_string(), "mypod".to_string())]),
+            annotations: BTreeMap::new(),
+        }
+    }
+
+    fn run(
+        config: AgentRequestsConfig,
+        spec: Value,
+        meta: &PodMeta,
+        cluster: &StaticCluster,
+    ) -> (Value, Vec<String>) {
+        let mut pod: PodSpec = serde_json::from_value(spec).expect("test spec");
+        let cx = RuleContext {
+            namespace: "ci",
+            cluster,
+        };
+        let messages = AgentRequests::new(config).repair(&mut pod, meta, &cx);
+        (serde_json::to_value(&pod).expect("serializes"), messages)
+    }
+
+    fn repair(spec: Value) -> (Value, Vec<String>) {
+        run(
+            AgentRequestsConfig::default(),
+            spec,
+            &agent_meta(),
+            &StaticCluster::empty(),
+        )
+    }
+
+    fn with_resources(resources: Value) -> Value {
+        json!({"containers": [{"name": "agent", "resources": resources}]})
+    }
+
+    #[test]
+    fn requests_become_zero_and_limits_stay() {
+        let (after, messages) = repair(with_resources(json!({
+            "requests": {"cpu": "20m", "memory": "32Mi"},
+            "limits": {"cpu": "20m", "memory": "32Mi"}
+        })));
+        assert_eq!(
+            after["containers"][0]["resources"],
+            json!({"requests": {"cpu": "0", "memory": "0"}, "limits": {"cpu": "20m", "memory": "32Mi"}})
+        );
+        assert_eq!(messages.len(), 1);
+        assert!(messages[0].len() <= 120, "{}", messages[0]);
+    }
+
+    #[test]
+    fn a_limit_without_a_request_gets_an_explicit_zero_request() {
+        let (after, _) = repair(with_resources(
+            json!({"limits": {"cpu": "1", "memory": "1Gi"}}),
+        ));
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "0", "memory": "0"})
+        );
+    }
+
+    #[test]
+    fn a_request_without_a_limit_becomes_the_limit_first() {
+        let (after, messages) = repair(with_resources(
+            json!({"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {}}),
+        ));
+        assert_eq!(
+            after["containers"][0]["resources"],
+            json!({"requests": {"cpu": "0", "memory": "0"}, "limits": {"cpu": "100m", "memory": "256Mi"}})
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("copied to the missing limit")),
+            "{messages:?}"
+        );
+    }
+
+    #[test]
+    fn a_request_without_a_limit_is_only_zeroed_when_limit_copying_is_off() {
+        let config = AgentRequestsConfig {
+            limit_from_request: false,
+            ..AgentRequestsConfig::default()
+        };
+        let (after, _) = run(
+            config,
+            with_resources(json!({"requests": {"cpu": "100m"}})),
+            &agent_meta(),
+            &StaticCluster::empty(),
+        );
+        assert_eq!(
+            after["containers"][0]["resources"],
+            json!({"requests": {"cpu": "0"}})
+        );
+    }
+
+    #[test]
+    fn extended_resources_and_hugepages_are_never_touched() {
+        let (after, _) = repair(with_resources(json!({
+            "requests": {"cpu": "1", "nvidia.com/gpu": "1", "hugepages-2Mi": "100Mi"},
+            "limits": {"cpu": "1", "nvidia.com/gpu": "1", "hugepages-2Mi": "100Mi", "memory": "1Gi"}
+        })));
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "0", "memory": "0", "nvidia.com/gpu": "1", "hugepages-2Mi": "100Mi"})
+        );
+    }
+
+    #[test]
+    fn init_containers_are_repaired_too() {
+        let (after, _) = repair(json!({
+            "containers": [{"name": "a"}],
+            "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}}]
+        }));
+        assert_eq!(
+            after["initContainers"][0]["resources"]["requests"],
+            json!({"cpu": "0"})
+        );
+    }
+
+    #[test]
+    fn containers_without_resources_are_left_alone() {
+        let (after, messages) = repair(
+            json!({"containers": [{"name": "a", "resources": {"limits": {}, "requests": {}}}, {"name": "b"}]}),
+        );
+        assert!(messages.is_empty());
+        assert_eq!(after["containers"][1], json!({"name": "b"}));
+    }
+
+    #[test]
+    fn pods_that_are_not_agents_are_left_alone() {
+        let (_, messages) = run(
+            AgentRequestsConfig::default(),
+            with_resources(json!({"requests": {"cpu": "1"}})),
+            &PodMeta::default(),
+            &StaticCluster::empty(),
+        );
+        assert!(messages.is_empty());
+    }
+
+    #[test]
+    fn agents_are_recognised_by_preset_selector_or_annotation() {
+        let rule = AgentRequests::new(AgentRequestsConfig {
+            presets: vec![Preset::PinnipedKubeCertAgent],
+            selectors: vec![serde_json::from_value(json!({"matchExpressions": [{"key": "role", "operator": "In", "values": ["ci-agent"]}]})).expect("selector")],
+            ..AgentRequestsConfig::default()
+        });
+        let meta = |labels: &[(&str, &str)], annotations: &[(&str, &str)]| PodMeta {
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        assert!(rule.is_agent(&meta(&[("kube-cert-agent.pinniped.dev", "v3")], &[])));
+        assert!(rule.is_agent(&meta(&[("role", "ci-agent")], &[])));
+        assert!(rule.is_agent(&meta(&[], &[("podmend.io/agent", "true")])));
+        assert!(
+            !rule.is_agent(&meta(&[("jenkins/label", "x")], &[])),
+            "preset not enabled"
+        );
+        assert!(!rule.is_agent(&meta(&[("role", "web")], &[("podmend.io/agent", "false")])));
+    }
+
+    #[test]
+    fn label_selectors_follow_the_api_semantics() {
+        let labels = BTreeMap::from([("a".to_string(), "1".to_string())]);
+        let cases = [
+            (json!({"matchLabels": {"a": "1"}}), true),
+            (json!({"matchLabels": {"a": "2"}}), false),
+            (
+                json!({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["2"]}]}),
+                true,
+            ),
+            (
+                json!({"matchExpressions": [{"key": "b", "operator": "NotIn", "values": ["2"]}]}),
+                true,
+            ),
+            (
+                json!({"matchExpressions": [{"key": "b", "operator": "DoesNotExist"}]}),
+                true,
+            ),
+            (
+                json!({"matchExpressions": [{"key": "a", "operator": "Exists"}, {"key": "b", "operator": "Exists"}]}),
+                false,
+            ),
+        ];
+        for (selector, expected) in cases {
+            let parsed: LabelSelector = serde_json::from_value(selector.clone()).expect("selector");
+            assert_eq!(selector_matches(&parsed, &labels), expected, "{selector}");
+        }
+    }
+
+    #[test]
+    fn a_limit_range_minimum_becomes_the_request() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![
+                serde_json::from_value(
+                    json!({"type": "Container", "min": {"cpu": "100m", "memory": "64Mi"}}),
+                )
+                .expect("item"),
+            ],
+        );
+        let (after, messages) = run(
+            AgentRequestsConfig::default(),
+            with_resources(
+                json!({"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}),
+            ),
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "100m", "memory": "67108864"})
+        );
+        assert!(
+            messages.iter().any(|m| m.contains("LimitRange")),
+            "{messages:?}"
+        );
+    }
+
+    #[test]
+    fn a_limit_to_request_ratio_gives_the_smallest_request_it_allows() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![serde_json::from_value(json!({"type": "Container", "maxLimitRequestRatio": {"cpu": "4", "memory": "3"}})).expect("item")],
+        );
+        let (after, _) = run(
+            AgentRequestsConfig::default(),
+            with_resources(
+                json!({"requests": {"cpu": "1", "memory": "100"}, "limits": {"cpu": "1", "memory": "100"}}),
+            ),
+            &agent_meta(),
+            &cluster,
+        );
+        // cpu: 1000m / 4 = 250m exactly; memory: 100 bytes / 3 = 33.3 → 34 bytes.
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "250m", "memory": "34"})
+        );
+    }
+
+    #[test]
+    fn limit_ranges_of_other_types_do_not_apply_to_containers() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![
+                serde_json::from_value(
+                    json!({"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}),
+                )
+                .expect("item"),
+            ],
+        );
+        let (after, _) = run(
+            AgentRequestsConfig::default(),
+            with_resources(json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})),
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "0"})
+        );
+    }
+
+    #[test]
+    fn pod_level_resources_are_zeroed_like_containers() {
+        let (after, _) = repair(json!({
+            "containers": [{"name": "a", "resources": {"limits": {"cpu": "500m"}}}],
+            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1"}}
+        }));
+        assert_eq!(
+            after["resources"],
+            json!({"requests": {"cpu": "0", "memory": "0"}, "limits": {"cpu": "1", "memory": "1Gi"}})
+        );
+    }
+
+    #[test]
+    fn a_pod_level_request_is_not_copied_into_a_limit_smaller_than_a_container_limit() {
+        let (after, _) = repair(json!({
+            "containers": [{"name": "a", "resources": {"limits": {"memory": "2Gi"}}}],
+            "resources": {"requests": {"memory": "1Gi"}}
+        }));
+        assert_eq!(after["resources"], json!({"requests": {"memory": "0"}}));
+    }
+
+    #[test]
+    fn the_repair_is_idempotent() {
+        let (after, _) = repair(with_resources(
+            json!({"requests": {"cpu": "100m"}, "limits": {"memory": "1Gi"}}),
+        ));
+        let (again, messages) = repair(after.clone());
+        assert!(messages.is_empty(), "{messages:?}");
+        assert_eq!(again, after);
+    }
+
+    #[test]
+    fn zero_written_differently_is_already_zero() {
+        let (_, messages) = repair(with_resources(
+            json!({"requests": {"cpu": "0m"}, "limits": {"cpu": "1"}}),
+        ));
+        assert!(messages.is_empty());
+    }
+}

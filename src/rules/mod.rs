@@ -1,0 +1,79 @@
+//! The rules and their one ordered registry. A rule sees a pod spec, the pod's labels and
+//! annotations, and a [`ClusterView`]; it edits the spec in place and says what it did.
+//! It knows nothing of HTTP, JSON Patch or workload kinds.
+//!
+//! | rule | effect |
+//! | --- | --- |
+//! | `node-affinity` | `spec.nodeName` → required node affinity on `metadata.name` (+ tolerations for the node's NoSchedule taints) |
+//! | `agent-requests` | agent pods: cpu/memory requests → `"0"` (or the LimitRange floor), limits kept |
+
+pub mod agent_requests;
+pub mod node_affinity;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodSpec;
+use serde_json::Value;
+
+use crate::cluster::ClusterView;
+use crate::config::{Config, Mode};
+
+/// The labels and annotations that go with a pod spec: the Pod's own, or its template's.
+#[derive(Debug, Clone, Default)]
+pub struct PodMeta {
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// What a rule may consult besides the pod itself.
+pub struct RuleContext<'a> {
+    pub namespace: &'a str,
+    pub cluster: &'a dyn ClusterView,
+}
+
+/// The mode a rule acts in for Pods and for pod templates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Modes {
+    pub pods: Mode,
+    pub templates: Mode,
+}
+
+impl Modes {
+    /// The mode for a Pod or a template; `off` for pods turns the rule off everywhere.
+    pub fn for_target(self, is_template: bool) -> Mode {
+        match (self.pods, is_template) {
+            (Mode::Off, _) => Mode::Off,
+            (mode, false) => mode,
+            (_, true) => self.templates,
+        }
+    }
+}
+
+pub trait Rule: Send + Sync {
+    /// The rule's name in config, annotations, warnings and metrics.
+    fn id(&self) -> &'static str;
+    fn modes(&self) -> Modes;
+    /// A cheap look at the raw spec: false when `repair` could not find anything, so most
+    /// pods never pay for a typed decode.
+    fn may_apply(&self, raw_spec: &Value, meta: &PodMeta) -> bool;
+    /// Repairs `spec` in place and returns one short message per change (≤ 120 characters
+    /// where possible); an empty list means there was nothing to repair.
+    fn repair(&self, spec: &mut PodSpec, meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String>;
+    /// How to fix the source, for `deny` messages and audit findings.
+    fn advice(&self) -> &'static str;
+}
+
+/// Every rule, in the order they run.
+pub fn registry(config: &Config) -> Vec<Box<dyn Rule>> {
+    vec![
+        Box::new(node_affinity::NodeAffinity::new(
+            config.rules.node_affinity.clone(),
+        )),
+        Box::new(agent_requests::AgentRequests::new(
+            config.rules.agent_requests.clone(),
+        )),
+    ]
+}
+
+/// The ids of every rule, in registry order.
+pub const RULE_IDS: &[&str] = &[node_affinity::ID, agent_requests::ID];

@@ -1,0 +1,346 @@
+//! `podmend serve`: the HTTPS admission webhook and its plain-HTTP metrics port.
+//!
+//! Endpoints (constants in [`paths`]):
+//! - `POST /mutate`, `POST /validate` on `--listen`, TLS (HTTP/1.1 and HTTP/2 by ALPN);
+//! - `GET /metrics`, `/healthz`, `/readyz` on `--metrics-listen`, plain HTTP.
+//!
+//! The serving certificate and the config file are polled and reloaded when they change;
+//! a bad new version keeps the old one serving.
+
+pub mod handlers;
+pub mod paths;
+pub mod tls;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::cluster::watch::{self, CacheReadiness, Lookups};
+use crate::cluster::{ClusterView, StaticCluster};
+use crate::config::{Config, ConfigError};
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+use tls::{CertStore, TlsError};
+
+/// The API server caps objects at about 3 MiB; a review carries an object and its old
+/// version, so anything beyond this is not from an API server.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// A client that has not finished its TLS handshake or request headers by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(
+        "cannot listen on {addr}: {source}; choose a free address with --listen / --metrics-listen"
+    )]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Everything `podmend serve` is told on its command line.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub listen: SocketAddr,
+    pub metrics_listen: SocketAddr,
+    pub tls_cert: PathBuf,
+    pub tls_key: PathBuf,
+    pub config: Option<PathBuf>,
+    pub kubeconfig: Option<PathBuf>,
+    /// How often the certificate and config files are checked for changes.
+    pub reload_interval: Duration,
+    /// How long in-flight requests may take to finish after SIGTERM.
+    pub shutdown_timeout: Duration,
+}
+
+/// Why `/readyz` says no.
+pub struct Readiness {
+    shutting_down: AtomicBool,
+    caches: Option<CacheReadiness>,
+}
+
+impl Readiness {
+    pub fn not_ready_reason(&self) -> Option<&'static str> {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return Some("shutting down");
+        }
+        if self.caches.as_ref().is_some_and(|c| !c.is_ready()) {
+            return Some("node and LimitRange caches have not synced yet");
+        }
+        None
+    }
+}
+
+/// Shared by every handler.
+pub struct AppState {
+    engine: RwLock<Arc<Engine>>,
+    pub cluster: Arc<dyn ClusterView>,
+    pub metrics: Arc<Metrics>,
+    pub readiness: Readiness,
+}
+
+impl AppState {
+    pub fn new(
+        config: &Config,
+        cluster: Arc<dyn ClusterView>,
+        caches: Option<CacheReadiness>,
+    ) -> Self {
+        Self {
+            engine: RwLock::new(Arc::new(Engine::new(config))),
+            cluster,
+            metrics: Arc::new(Metrics::new()),
+            readiness: Readiness {
+                shutting_down: AtomicBool::new(false),
+                caches,
+            },
+        }
+    }
+
+    /// The engine of the current configuration.
+    pub fn engine(&self) -> Arc<Engine> {
+        self.engine
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Swaps in a new configuration; requests already under way finish with the old one.
+    pub fn set_config(&self, config: &Config) {
+        *self.engine.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Engine::new(config));
+    }
+}
+
+/// The webhook routes, without a socket (tests call it with `oneshot`).
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(paths::MUTATE, post(handlers::mutate))
+        .route(paths::VALIDATE, post(handlers::validate))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// The metrics and probe routes.
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(paths::METRICS, get(handlers::metrics))
+        .route(paths::HEALTHZ, get(handlers::healthz))
+        .route(paths::READYZ, get(handlers::readyz))
+        .with_state(state)
+}
+
+/// Loads config and certificate, binds both ports, then serves until `shutdown` resolves:
+/// readiness drops, no new connections are accepted, in-flight requests finish.
+pub async fn serve(
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let config = match &options.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    let certs = Arc::new(CertStore::load(&options.tls_cert, &options.tls_key)?);
+    let tls_config = tls::server_config(certs.clone())?;
+
+    let lookups = match &options.kubeconfig {
+        Some(path) => watch::lookups_from_kubeconfig(path).await,
+        None => watch::lookups_from_environment().await,
+    };
+    let (cluster, caches): (Arc<dyn ClusterView>, Option<CacheReadiness>) = match lookups {
+        Lookups::On(client) => {
+            let (cluster, readiness) = watch::start(client);
+            tracing::info!("cluster look-ups on: watching Nodes and LimitRanges");
+            (cluster, Some(readiness))
+        }
+        Lookups::Off { reason } => {
+            tracing::info!("cluster look-ups off: {reason}");
+            (Arc::new(StaticCluster::offline()), None)
+        }
+    };
+    let state = Arc::new(AppState::new(&config, cluster, caches));
+    state.metrics.set_certificate_expiry(certs.not_after_unix());
+
+    let webhook_listener = bind(options.listen).await?;
+    let metrics_listener = bind(options.metrics_listen).await?;
+    tracing::info!(
+        webhook = %options.listen,
+        metrics = %options.metrics_listen,
+        config = %options.config.as_ref().map_or("built-in defaults".to_string(), |p| p.display().to_string()),
+        "podmend serving"
+    );
+
+    let reloads = tokio::spawn(reload_loop(state.clone(), certs, options.clone()));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+
+    let metrics_server = {
+        let mut stop = stop_rx.clone();
+        let app = metrics_router(state.clone());
+        tokio::spawn(async move {
+            let serving = axum::serve(metrics_listener, app).with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            });
+            if let Err(error) = serving.await {
+                tracing::error!("metrics server failed: {error}");
+            }
+        })
+    };
+
+    let webhook = accept_loop(
+        webhook_listener,
+        TlsAcceptor::from(tls_config),
+        router(state.clone()),
+        stop_rx,
+        options.shutdown_timeout,
+    );
+    let webhook = tokio::spawn(webhook);
+
+    shutdown.await;
+    tracing::info!("shutting down: readiness off, finishing in-flight requests");
+    state.readiness.shutting_down.store(true, Ordering::Relaxed);
+    let _ = stop_tx.send(true);
+    let _ = webhook.await;
+    let _ = metrics_server.await;
+    reloads.abort();
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// Accepts TLS connections and serves HTTP/1.1 or HTTP/2 on each until told to stop, then
+/// waits (bounded) for the open connections to finish their requests.
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    app: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    drain_timeout: Duration,
+) {
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_READ_TIMEOUT);
+    http.http2().timer(TokioTimer::new());
+    let http = Arc::new(http);
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(error) => {
+                    tracing::warn!("accept failed: {error}");
+                    continue;
+                }
+            },
+            _ = stop.wait_for(|stopped| *stopped) => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let service = TowerToHyperService::new(app.clone());
+        let http = http.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(error)) => {
+                    tracing::debug!(%peer, "TLS handshake failed: {error}");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let connection = http.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            if let Err(error) = watcher.watch(connection.into_owned()).await {
+                tracing::debug!(%peer, "connection ended: {error}");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after {drain_timeout:?}; closing them");
+    }
+}
+
+/// Polls the certificate and the config file; swaps in valid new versions only.
+async fn reload_loop(state: Arc<AppState>, certs: Arc<CertStore>, options: ServeOptions) {
+    let mut config_text = options
+        .config
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok());
+    let mut ticks = tokio::time::interval(options.reload_interval);
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        match certs.reload_if_changed() {
+            Ok(false) => {}
+            Ok(true) => {
+                state.metrics.tls_reload(true);
+                state.metrics.set_certificate_expiry(certs.not_after_unix());
+                tracing::info!(cert = %options.tls_cert.display(), "serving certificate reloaded");
+            }
+            Err(error) => {
+                state.metrics.tls_reload(false);
+                tracing::error!("serving certificate not reloaded, keeping the old one: {error}");
+            }
+        }
+        let Some(path) = &options.config else {
+            continue;
+        };
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) => {
+                if config_text.take().is_some() {
+                    state.metrics.config_reload(false);
+                    tracing::error!(
+                        "config {} unreadable, keeping the old one: {error}",
+                        path.display()
+                    );
+                }
+                continue;
+            }
+        };
+        if config_text.as_deref() == Some(text.as_str()) {
+            continue;
+        }
+        match Config::from_yaml(&text, &path.display().to_string()) {
+            Ok(config) => {
+                state.set_config(&config);
+                state.metrics.config_reload(true);
+                tracing::info!(config = %path.display(), "configuration reloaded");
+            }
+            Err(error) => {
+                state.metrics.config_reload(false);
+                tracing::error!("configuration not reloaded, keeping the old one: {error}");
+            }
+        }
+        config_text = Some(text);
+    }
+}

@@ -1,0 +1,155 @@
+//! The one table from workload kind to where its pod spec lives. Rules never see kinds;
+//! the engine uses this table to find the pod spec, its metadata, and when to act.
+
+/// A kind that carries a pod spec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkloadKind {
+    Pod,
+    Deployment,
+    ReplicaSet,
+    StatefulSet,
+    DaemonSet,
+    Job,
+    CronJob,
+}
+
+/// Where a kind keeps its pod spec and the metadata that goes with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub kind: WorkloadKind,
+    /// API group (`""` for core).
+    pub group: &'static str,
+    pub name: &'static str,
+    /// JSON Pointer to the pod spec.
+    pub spec: &'static str,
+    /// JSON Pointer to the metadata whose labels the pods get (the pod's own, or the template's).
+    pub metadata: &'static str,
+    /// JSON Pointer to the pod template (`None` for a Pod).
+    pub template: Option<&'static str>,
+}
+
+impl Target {
+    /// A pod template rather than a Pod: acts in the rules' `templates` mode.
+    pub fn is_template(&self) -> bool {
+        self.template.is_some()
+    }
+}
+
+const TEMPLATE_SPEC: &str = "/spec/template/spec";
+const TEMPLATE_METADATA: &str = "/spec/template/metadata";
+const TEMPLATE: Option<&str> = Some("/spec/template");
+
+/// Every kind podmend handles.
+pub const TARGETS: &[Target] = &[
+    Target {
+        kind: WorkloadKind::Pod,
+        group: "",
+        name: "Pod",
+        spec: "/spec",
+        metadata: "/metadata",
+        template: None,
+    },
+    Target {
+        kind: WorkloadKind::Deployment,
+        group: "apps",
+        name: "Deployment",
+        spec: TEMPLATE_SPEC,
+        metadata: TEMPLATE_METADATA,
+        template: TEMPLATE,
+    },
+    Target {
+        kind: WorkloadKind::ReplicaSet,
+        group: "apps",
+        name: "ReplicaSet",
+        spec: TEMPLATE_SPEC,
+        metadata: TEMPLATE_METADATA,
+        template: TEMPLATE,
+    },
+    Target {
+        kind: WorkloadKind::StatefulSet,
+        group: "apps",
+        name: "StatefulSet",
+        spec: TEMPLATE_SPEC,
+        metadata: TEMPLATE_METADATA,
+        template: TEMPLATE,
+    },
+    Target {
+        kind: WorkloadKind::DaemonSet,
+        group: "apps",
+        name: "DaemonSet",
+        spec: TEMPLATE_SPEC,
+        metadata: TEMPLATE_METADATA,
+        template: TEMPLATE,
+    },
+    Target {
+        kind: WorkloadKind::Job,
+        group: "batch",
+        name: "Job",
+        spec: TEMPLATE_SPEC,
+        metadata: TEMPLATE_METADATA,
+        template: TEMPLATE,
+    },
+    Target {
+        kind: WorkloadKind::CronJob,
+        group: "batch",
+        name: "CronJob",
+        spec: "/spec/jobTemplate/spec/template/spec",
+        metadata: "/spec/jobTemplate/spec/template/metadata",
+        template: Some("/spec/jobTemplate/spec/template"),
+    },
+];
+
+/// The target for an API group and kind, if podmend handles it.
+pub fn for_kind(group: &str, kind: &str) -> Option<&'static Target> {
+    TARGETS.iter().find(|t| t.group == group && t.name == kind)
+}
+
+/// The target for an object's `apiVersion` (`"apps/v1"`, `"v1"`) and kind.
+pub fn for_api_version(api_version: &str, kind: &str) -> Option<&'static Target> {
+    let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+    for_kind(group, kind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_maps_to_its_pod_spec_path() {
+        let expected = [
+            ("", "Pod", "/spec"),
+            ("apps", "Deployment", "/spec/template/spec"),
+            ("apps", "ReplicaSet", "/spec/template/spec"),
+            ("apps", "StatefulSet", "/spec/template/spec"),
+            ("apps", "DaemonSet", "/spec/template/spec"),
+            ("batch", "Job", "/spec/template/spec"),
+            ("batch", "CronJob", "/spec/jobTemplate/spec/template/spec"),
+        ];
+        for (group, kind, spec) in expected {
+            assert_eq!(for_kind(group, kind).map(|t| t.spec), Some(spec), "{kind}");
+        }
+    }
+
+    #[test]
+    fn kinds_of_other_groups_are_not_handled() {
+        assert!(for_kind("", "ConfigMap").is_none());
+        assert!(for_kind("example.com", "Deployment").is_none());
+        assert!(for_api_version("example.com/v1", "Pod").is_none());
+    }
+
+    #[test]
+    fn api_versions_resolve_to_their_group() {
+        assert_eq!(
+            for_api_version("apps/v1", "Deployment").map(|t| t.kind),
+            Some(WorkloadKind::Deployment)
+        );
+        assert_eq!(
+            for_api_version("v1", "Pod").map(|t| t.kind),
+            Some(WorkloadKind::Pod)
+        );
+        assert_eq!(
+            for_api_version("batch/v1", "CronJob").map(|t| t.kind),
+            Some(WorkloadKind::CronJob)
+        );
+    }
+}

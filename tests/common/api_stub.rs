@@ -1,0 +1,827 @@
+//! A local HTTPS stand-in for the kube-apiserver: GET, list (with `limit`/`continue`) and
+//! watch (newline-delimited events, chunked, kept open) of a few core and apps/batch
+//! resources, in the JSON shapes the real server sends. For tests only.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use futures::stream;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+
+/// The bearer token the stub's kubeconfig carries and the stub demands.
+pub const TOKEN: &str = "podmend-api-stub-token";
+
+/// A running stub API server on `127.0.0.1:<random port>`; stops when dropped.
+pub struct ApiStub {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    ca_pem: String,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+    server: JoinHandle<()>,
+}
+
+struct Shared {
+    state: Mutex<StubState>,
+    /// The latest resourceVersion; watch streams wake up when it moves.
+    changed: watch::Sender<u64>,
+}
+
+struct StubState {
+    resource_version: u64,
+    collections: HashMap<String, Collection>,
+    events: Vec<Logged>,
+    requests: Vec<String>,
+    /// While true every request gets a 500 `InternalError` Status.
+    failing: bool,
+}
+
+struct Collection {
+    /// `v1`, `apps/v1`, ...
+    group_version: String,
+    kind: String,
+    namespaced: bool,
+    /// Keyed `namespace/name` (or `name`), so lists come out in a stable order.
+    objects: BTreeMap<String, Value>,
+}
+
+struct Logged {
+    resource: String,
+    namespace: Option<String>,
+    resource_version: u64,
+    event_type: String,
+    object: Value,
+}
+
+/// Resources the stub knows how to name: (resource, group/version, kind, namespaced).
+const KNOWN: &[(&str, &str, &str, bool)] = &[
+    ("nodes", "v1", "Node", false),
+    ("namespaces", "v1", "Namespace", false),
+    ("persistentvolumes", "v1", "PersistentVolume", false),
+    ("limitranges", "v1", "LimitRange", true),
+    ("pods", "v1", "Pod", true),
+    ("configmaps", "v1", "ConfigMap", true),
+    ("services", "v1", "Service", true),
+    ("serviceaccounts", "v1", "ServiceAccount", true),
+    ("resourcequotas", "v1", "ResourceQuota", true),
+    (
+        "persistentvolumeclaims",
+        "v1",
+        "PersistentVolumeClaim",
+        true,
+    ),
+    (
+        "replicationcontrollers",
+        "v1",
+        "ReplicationController",
+        true,
+    ),
+    ("deployments", "apps/v1", "Deployment", true),
+    ("replicasets", "apps/v1", "ReplicaSet", true),
+    ("statefulsets", "apps/v1", "StatefulSet", true),
+    ("daemonsets", "apps/v1", "DaemonSet", true),
+    ("jobs", "batch/v1", "Job", true),
+    ("cronjobs", "batch/v1", "CronJob", true),
+];
+
+impl ApiStub {
+    /// Starts a stub serving `nodes` and `limit_ranges` (full objects, as `kubectl get -o json`
+    /// shows them). Each object gets a fresh `metadata.resourceVersion`.
+    pub async fn start(nodes: Vec<Value>, limit_ranges: Vec<Value>) -> ApiStub {
+        let (changed, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            state: Mutex::new(StubState {
+                resource_version: 1000,
+                collections: HashMap::new(),
+                events: Vec::new(),
+                requests: Vec::new(),
+                failing: false,
+            }),
+            changed,
+        });
+
+        let (ca_pem, server_config) = tls_material();
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let app = Router::new().fallback(handle).with_state(shared.clone());
+        let acceptor = TlsAcceptor::from(Arc::new(server_config));
+        let server = tokio::spawn(serve(listener, acceptor, app));
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(addr, &ca_pem)).expect("write kubeconfig");
+
+        let stub = ApiStub {
+            addr,
+            shared,
+            ca_pem,
+            kubeconfig,
+            _dir: dir,
+            server,
+        };
+        stub.set_objects("nodes", nodes);
+        stub.set_objects("limitranges", limit_ranges);
+        stub
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// The PEM of the CA that signed the stub's serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// A kubeconfig (CA data, server URL, token user) pointing at the stub.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A client built from [`Self::kubeconfig_path`], as `kube` would build it.
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("read stub kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(
+            kubeconfig,
+            &kube::config::KubeConfigOptions::default(),
+        )
+        .await
+        .expect("stub kubeconfig");
+        kube::Client::try_from(config).expect("client for stub")
+    }
+
+    /// Replaces every object served for `resource` (e.g. `"pods"`), without watch events.
+    /// Unknown resource names are served as namespaced `v1` objects of the objects' `kind`.
+    pub fn set_objects(&self, resource: &str, objects: Vec<Value>) {
+        let mut state = self.shared.lock();
+        let mut rv = state.resource_version;
+        let collection = state.collection(resource, objects.first());
+        collection.objects.clear();
+        for mut object in objects {
+            rv += 1;
+            set_resource_version(&mut object, rv);
+            collection.objects.insert(object_key(&object), object);
+        }
+        state.resource_version = rv;
+        drop(state);
+        self.shared.changed.send_replace(rv);
+    }
+
+    /// Pushes a watch event for a Node (`ADDED`, `MODIFIED`, `DELETED` or `BOOKMARK`).
+    pub fn push_node_event(&self, event_type: &str, node: Value) {
+        self.push_event("nodes", event_type, node);
+    }
+
+    /// Pushes a watch event for a LimitRange.
+    pub fn push_limit_range_event(&self, event_type: &str, limit_range: Value) {
+        self.push_event("limitranges", event_type, limit_range);
+    }
+
+    /// Applies a change to the stored objects of `resource` and delivers it to open watches
+    /// (and to watches resumed from an older resourceVersion), as the API server would.
+    pub fn push_event(&self, resource: &str, event_type: &str, object: Value) {
+        let mut state = self.shared.lock();
+        state.resource_version += 1;
+        let rv = state.resource_version;
+        let collection = state.collection(resource, Some(&object));
+        let mut object = with_type_meta(object, collection);
+        set_resource_version(&mut object, rv);
+        let key = object_key(&object);
+        match event_type {
+            "ADDED" | "MODIFIED" => {
+                collection.objects.insert(key, object.clone());
+            }
+            "DELETED" => {
+                collection.objects.remove(&key);
+            }
+            "BOOKMARK" => {
+                // A bookmark carries only the type and the resourceVersion (and annotations).
+                let annotations = object
+                    .pointer("/metadata/annotations")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let mut metadata = json!({ "resourceVersion": rv.to_string() });
+                if !annotations.is_null() {
+                    metadata["annotations"] = annotations;
+                }
+                object = json!({
+                    "kind": collection.kind,
+                    "apiVersion": collection.group_version,
+                    "metadata": metadata,
+                });
+            }
+            other => panic!("unknown watch event type {other}"),
+        }
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        state.events.push(Logged {
+            resource: resource.to_string(),
+            namespace,
+            resource_version: rv,
+            event_type: event_type.to_string(),
+            object,
+        });
+        drop(state);
+        self.shared.changed.send_replace(rv);
+    }
+
+    /// Every request seen so far, as path plus query (`/api/v1/nodes?limit=500`).
+    pub fn requests(&self) -> Vec<String> {
+        self.shared.lock().requests.clone()
+    }
+
+    /// While `failing`, every request (list, watch, get) answers 500 with an `InternalError`
+    /// Status; open watch streams are not cut.
+    pub fn set_failing(&self, failing: bool) {
+        self.shared.lock().failing = failing;
+    }
+
+    /// The current resourceVersion of the stub's "etcd".
+    pub fn resource_version(&self) -> u64 {
+        self.shared.lock().resource_version
+    }
+}
+
+impl Drop for ApiStub {
+    fn drop(&mut self) {
+        // Aborting the accept loop drops its JoinSet, which aborts every connection task.
+        self.server.abort();
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, StubState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl StubState {
+    fn collection(&mut self, resource: &str, sample: Option<&Value>) -> &mut Collection {
+        self.collections
+            .entry(resource.to_string())
+            .or_insert_with(|| {
+                let (group_version, kind, namespaced) = match KNOWN.iter().find(|k| k.0 == resource)
+                {
+                    Some(&(_, gv, kind, namespaced)) => {
+                        (gv.to_string(), kind.to_string(), namespaced)
+                    }
+                    None => {
+                        let kind = sample
+                            .and_then(|o| o.get("kind"))
+                            .and_then(Value::as_str)
+                            .map(str::to_string)
+                            .unwrap_or_else(|| resource.trim_end_matches('s').to_string());
+                        ("v1".to_string(), kind, true)
+                    }
+                };
+                Collection {
+                    group_version,
+                    kind,
+                    namespaced,
+                    objects: BTreeMap::new(),
+                }
+            })
+    }
+}
+
+fn object_key(object: &Value) -> String {
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+    {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+fn set_resource_version(object: &mut Value, rv: u64) {
+    if let Some(obj) = object.as_object_mut() {
+        let metadata = obj.entry("metadata").or_insert_with(|| json!({}));
+        if let Some(metadata) = metadata.as_object_mut() {
+            metadata.insert("resourceVersion".into(), Value::String(rv.to_string()));
+        }
+    }
+}
+
+/// Objects in watch events and single GETs carry `apiVersion` and `kind`.
+fn with_type_meta(mut object: Value, collection: &Collection) -> Value {
+    if let Some(obj) = object.as_object_mut() {
+        obj.insert(
+            "apiVersion".into(),
+            Value::String(collection.group_version.clone()),
+        );
+        obj.insert("kind".into(), Value::String(collection.kind.clone()));
+    }
+    object
+}
+
+/// Items of a list do not: the list itself names them.
+fn without_type_meta(mut object: Value) -> Value {
+    if let Some(obj) = object.as_object_mut() {
+        obj.remove("apiVersion");
+        obj.remove("kind");
+    }
+    object
+}
+
+fn tls_material() -> (String, rustls::ServerConfig) {
+    let ca_key = KeyPair::generate().expect("CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "podmend api-stub CA");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA cert");
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let key = KeyPair::generate().expect("serving key");
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .expect("serving params");
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let cert = params.signed_by(&key, &issuer).expect("serving cert");
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .expect("server TLS config");
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    (ca_cert.pem(), config)
+}
+
+fn kubeconfig_yaml(addr: SocketAddr, ca_pem: &str) -> String {
+    format!(
+        "apiVersion: v1\n\
+         kind: Config\n\
+         clusters:\n\
+         - name: api-stub\n  \
+           cluster:\n    \
+             server: https://{addr}\n    \
+             certificate-authority-data: {ca}\n\
+         users:\n\
+         - name: api-stub-user\n  \
+           user:\n    \
+             token: {TOKEN}\n\
+         contexts:\n\
+         - name: api-stub\n  \
+           context:\n    \
+             cluster: api-stub\n    \
+             user: api-stub-user\n    \
+             namespace: default\n\
+         current-context: api-stub\n",
+        ca = BASE64.encode(ca_pem)
+    )
+}
+
+async fn serve(listener: TcpListener, acceptor: TlsAcceptor, app: Router) {
+    let mut connections = JoinSet::new();
+    loop {
+        while connections.try_join_next().is_some() {}
+        let Ok((tcp, _)) = listener.accept().await else {
+            continue;
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        connections.spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection_with_upgrades(TokioIo::new(tls), TowerToHyperService::new(app))
+                .await;
+        });
+    }
+}
+
+fn status(code: StatusCode, reason: &str, message: &str, details: Value) -> Response {
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": details,
+        "code": code.as_u16(),
+    });
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn not_found() -> Response {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        "the server could not find the requested resource",
+        json!({}),
+    )
+}
+
+/// What a path asks for, once `/api/v1` or `/apis/GROUP/VERSION` is taken off.
+enum Target {
+    Collection {
+        resource: String,
+        namespace: Option<String>,
+    },
+    Object {
+        resource: String,
+        namespace: Option<String>,
+        name: String,
+    },
+}
+
+fn parse_path(path: &str) -> Option<(String, Target)> {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group_version, rest) = match segments.as_slice() {
+        ["api", "v1", rest @ ..] => ("v1".to_string(), rest),
+        ["apis", group, version, rest @ ..] => (format!("{group}/{version}"), rest),
+        _ => return None,
+    };
+    let owned = |s: &&str| s.to_string();
+    let target = match rest {
+        [resource] => Target::Collection {
+            resource: owned(resource),
+            namespace: None,
+        },
+        ["namespaces", ns, resource] => Target::Collection {
+            resource: owned(resource),
+            namespace: Some(owned(ns)),
+        },
+        ["namespaces", ns, resource, name] => Target::Object {
+            resource: owned(resource),
+            namespace: Some(owned(ns)),
+            name: owned(name),
+        },
+        [resource, name] => Target::Object {
+            resource: owned(resource),
+            namespace: None,
+            name: owned(name),
+        },
+        _ => return None,
+    };
+    Some((group_version, target))
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let path_and_query = uri
+        .path_and_query()
+        .map(|pq| pq.as_str().to_string())
+        .unwrap_or_else(|| uri.path().to_string());
+    let failing = {
+        let mut state = shared.lock();
+        state.requests.push(path_and_query);
+        state.failing
+    };
+    if failing {
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "Internal error occurred: the api-stub was told to fail",
+            json!({}),
+        );
+    }
+
+    let authorized = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v == format!("Bearer {TOKEN}"));
+    if !authorized {
+        return status(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unauthorized",
+            json!({}),
+        );
+    }
+    if method != Method::GET {
+        return status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+            json!({}),
+        );
+    }
+    let Some((group_version, target)) = parse_path(uri.path()) else {
+        return not_found();
+    };
+    match target {
+        Target::Collection {
+            resource,
+            namespace,
+        } => {
+            {
+                let state = shared.lock();
+                match state.collections.get(&resource) {
+                    Some(c) if c.group_version == group_version => {
+                        if namespace.is_some() && !c.namespaced {
+                            return not_found();
+                        }
+                    }
+                    _ => return not_found(),
+                }
+            }
+            let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+            if watching {
+                watch_response(shared, resource, namespace, &query)
+            } else {
+                list_response(&shared, &resource, namespace.as_deref(), &query)
+            }
+        }
+        Target::Object {
+            resource,
+            namespace,
+            name,
+        } => {
+            let state = shared.lock();
+            let Some(c) = state.collections.get(&resource) else {
+                return not_found();
+            };
+            if c.group_version != group_version || c.namespaced != namespace.is_some() {
+                return not_found();
+            }
+            let key = match &namespace {
+                Some(ns) => format!("{ns}/{name}"),
+                None => name.clone(),
+            };
+            match c.objects.get(&key) {
+                Some(object) => (
+                    [(header::CONTENT_TYPE, "application/json")],
+                    with_type_meta(object.clone(), c).to_string(),
+                )
+                    .into_response(),
+                None => status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    &format!("{resource} \"{name}\" not found"),
+                    json!({ "name": name, "kind": resource }),
+                ),
+            }
+        }
+    }
+}
+
+fn bad_request(message: &str) -> Response {
+    status(StatusCode::BAD_REQUEST, "BadRequest", message, json!({}))
+}
+
+/// A continue token shaped like the API server's: base64 of `{"v","rv","start"}`.
+fn continue_token(rv: u64, start: &str) -> String {
+    BASE64.encode(json!({ "v": "meta.k8s.io/v1", "rv": rv, "start": start }).to_string())
+}
+
+fn parse_continue_token(token: &str) -> Option<(u64, String)> {
+    let bytes = BASE64.decode(token).ok()?;
+    let value: Value = serde_json::from_slice(&bytes).ok()?;
+    if value.get("v")?.as_str()? != "meta.k8s.io/v1" {
+        return None;
+    }
+    Some((
+        value.get("rv")?.as_u64()?,
+        value.get("start")?.as_str()?.to_string(),
+    ))
+}
+
+fn list_response(
+    shared: &Shared,
+    resource: &str,
+    namespace: Option<&str>,
+    query: &HashMap<String, String>,
+) -> Response {
+    let limit = match query.get("limit").map(|l| l.parse::<usize>()) {
+        None => None,
+        Some(Ok(0)) => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => return bad_request("limit must be a non-negative integer"),
+    };
+    let state = shared.lock();
+    let Some(c) = state.collections.get(resource) else {
+        return not_found();
+    };
+    let (list_rv, start) = match query.get("continue").filter(|t| !t.is_empty()) {
+        None => (state.resource_version, String::new()),
+        Some(token) => match parse_continue_token(token) {
+            Some(parsed) => parsed,
+            None => {
+                return bad_request(
+                    "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+                );
+            }
+        },
+    };
+    let matching: Vec<(&String, &Value)> = c
+        .objects
+        .range(start..)
+        .filter(|(_, o)| {
+            namespace.is_none()
+                || o.pointer("/metadata/namespace").and_then(Value::as_str) == namespace
+        })
+        .collect();
+    let take = limit.unwrap_or(matching.len()).min(matching.len());
+    let items: Vec<Value> = matching[..take]
+        .iter()
+        .map(|(_, o)| without_type_meta((*o).clone()))
+        .collect();
+    let mut metadata = json!({ "resourceVersion": list_rv.to_string() });
+    if take < matching.len() {
+        let last_key = matching[take - 1].0;
+        metadata["continue"] = Value::String(continue_token(list_rv, &format!("{last_key}\u{0}")));
+        metadata["remainingItemCount"] = json!(matching.len() - take);
+    }
+    let body = json!({
+        "kind": format!("{}List", c.kind),
+        "apiVersion": c.group_version,
+        "metadata": metadata,
+        "items": items,
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// One open watch: what it filters on and what it still has to send.
+struct Watch {
+    shared: Arc<Shared>,
+    resource: String,
+    namespace: Option<String>,
+    bookmarks: bool,
+    last_rv: u64,
+    pending: VecDeque<Bytes>,
+    changed: watch::Receiver<u64>,
+    deadline: Option<Instant>,
+}
+
+fn event_line(event_type: &str, object: &Value) -> Bytes {
+    let mut line = json!({ "type": event_type, "object": object }).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+fn watch_response(
+    shared: Arc<Shared>,
+    resource: String,
+    namespace: Option<String>,
+    query: &HashMap<String, String>,
+) -> Response {
+    let flag = |name: &str| matches!(query.get(name).map(String::as_str), Some("1" | "true"));
+    let bookmarks = flag("allowWatchBookmarks");
+    let send_initial = flag("sendInitialEvents");
+    let requested_rv = query.get("resourceVersion").cloned().unwrap_or_default();
+    let deadline = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(|secs| Instant::now() + Duration::from_secs(secs));
+
+    let mut changed = shared.changed.subscribe();
+    changed.borrow_and_update();
+    let mut pending = VecDeque::new();
+    let last_rv = {
+        let state = shared.lock();
+        let Some(c) = state.collections.get(&resource) else {
+            return not_found();
+        };
+        let current = state.resource_version;
+        let from_scratch = send_initial || requested_rv.is_empty() || requested_rv == "0";
+        if from_scratch {
+            // "Start at most recent": synthetic ADDED for every current object.
+            for object in c.objects.values().filter(|o| {
+                namespace.is_none()
+                    || o.pointer("/metadata/namespace").and_then(Value::as_str)
+                        == namespace.as_deref()
+            }) {
+                pending.push_back(event_line("ADDED", &with_type_meta(object.clone(), c)));
+            }
+            if send_initial {
+                pending.push_back(event_line(
+                    "BOOKMARK",
+                    &json!({
+                        "kind": c.kind,
+                        "apiVersion": c.group_version,
+                        "metadata": {
+                            "resourceVersion": current.to_string(),
+                            "annotations": { "k8s.io/initial-events-end": "true" },
+                        },
+                    }),
+                ));
+            }
+            current
+        } else {
+            match requested_rv.parse::<u64>() {
+                Ok(rv) => rv,
+                Err(_) => {
+                    return bad_request(&format!(
+                        "resourceVersion: Invalid value: \"{requested_rv}\": must be a valid integer"
+                    ));
+                }
+            }
+        }
+    };
+
+    let watch = Watch {
+        shared,
+        resource,
+        namespace,
+        bookmarks,
+        last_rv,
+        pending,
+        changed,
+        deadline,
+    };
+    let body = stream::unfold(watch, |mut w| async move {
+        loop {
+            if let Some(line) = w.pending.pop_front() {
+                return Some((Ok::<_, std::convert::Infallible>(line), w));
+            }
+            w.changed.borrow_and_update();
+            {
+                let state = w.shared.lock();
+                for e in state.events.iter().filter(|e| {
+                    e.resource_version > w.last_rv
+                        && e.resource == w.resource
+                        && (w.namespace.is_none() || e.namespace == w.namespace)
+                        && (w.bookmarks || e.event_type != "BOOKMARK")
+                }) {
+                    w.pending.push_back(event_line(&e.event_type, &e.object));
+                }
+                w.last_rv = w.last_rv.max(state.resource_version);
+            }
+            if !w.pending.is_empty() {
+                continue;
+            }
+            let sleep = async {
+                match w.deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                res = w.changed.changed() => if res.is_err() { return None },
+                () = sleep => return None,
+            }
+        }
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}

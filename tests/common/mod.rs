@@ -1,0 +1,6 @@
+//! Helpers shared by the integration tests: each test file is one surface of podmend.
+#![allow(dead_code)]
+
+pub mod api_stub;
+pub mod k8s_rules;
+pub mod schema;
