@@ -1,5 +1,7 @@
 //! Logging: one `tracing` subscriber for the whole process, text or JSON lines.
 
+use std::io::IsTerminal as _;
+
 use tracing_subscriber::EnvFilter;
 
 /// Log line format.
