@@ -4,3 +4,4 @@
 pub mod api_stub;
 pub mod k8s_rules;
 pub mod schema;
+pub mod server;
