@@ -1,0 +1,516 @@
+//! The webhook over real TLS, with the test playing the API server: it sends the
+//! AdmissionReviews an API server sends, checks each answer the way `VerifyAdmissionResponse`
+//! does, applies the patch the way the mutating dispatcher does (then re-defaults), and checks
+//! the repaired object against the API's validation rules and the official schema.
+
+mod common;
+
+use common::k8s_rules;
+use common::schema::validate_with_schema;
+use common::server::{Options, Server, create_review, fixture, review_of};
+use serde_json::{Value, json};
+
+const H1: &[&[u8]] = &[b"http/1.1"];
+const H2: &[&[u8]] = &[b"h2"];
+
+/// Sends a review to `path` and returns (HTTP status, body as JSON or text).
+async fn post(
+    server: &Server,
+    alpn: &[&[u8]],
+    path: &str,
+    review: &Value,
+) -> (u16, Value, reqwest::Version) {
+    let response = server
+        .client(alpn)
+        .post(server.url(path))
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(review).expect("json"))
+        .send()
+        .await
+        .expect("request reaches the webhook");
+    let status = response.status().as_u16();
+    let version = response.version();
+    let text = response.text().await.expect("body");
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, body, version)
+}
+
+/// What the API server does with one mutating answer: verify it, apply the patch, re-default.
+struct Applied {
+    object: Value,
+    patched: bool,
+    warnings: Vec<String>,
+}
+
+async fn mutate(server: &Server, review: &Value) -> Applied {
+    let (status, body, _) = post(server, H1, "/mutate", review).await;
+    assert_eq!(status, 200, "{body}");
+    let uid = review["request"]["uid"].as_str().expect("uid");
+    let patch = k8s_rules::verify_admission_response(uid, &body, true)
+        .unwrap_or_else(|e| panic!("{e}: {body}"));
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    let object = &review["request"]["object"];
+    let (object, patched) = match patch {
+        Some(bytes) => (
+            k8s_rules::apply_patch_as_api_server(object, &bytes).unwrap_or_else(|e| panic!("{e}")),
+            true,
+        ),
+        None => (object.clone(), false),
+    };
+    let warnings = body["response"]["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    Applied {
+        object,
+        patched,
+        warnings,
+    }
+}
+
+/// The checks the API server runs after mutation, plus the official schema.
+fn assert_valid(object: &Value) {
+    let spec = k8s_rules::pod_spec_of(object).expect("object has a pod spec");
+    let errors = k8s_rules::validate_pod_spec(spec);
+    assert!(
+        errors.is_empty(),
+        "validation errors: {errors:?}\n{object:#}"
+    );
+    validate_with_schema(std::slice::from_ref(object), false)
+        .unwrap_or_else(|e| panic!("schema: {e}\n{object:#}"));
+}
+
+/// Sends the repaired object again as a new CREATE: podmend must find nothing left to do.
+async fn assert_idempotent(server: &Server, object: &Value) {
+    let again = mutate(server, &create_review("again", object, "default")).await;
+    assert!(
+        !again.patched,
+        "a second pass patched again: {:#}",
+        again.object
+    );
+}
+
+fn gke_pod() -> Value {
+    fixture("admissionreview-v1-pod-create-gke-kube-rs.json")
+}
+
+#[tokio::test]
+async fn a_pod_with_node_name_comes_back_with_required_node_affinity() {
+    let server = Server::start(Options::default());
+    let mut review = gke_pod();
+    review["request"]["object"]["spec"]["nodeName"] = json!("gke-node-1");
+    let applied = mutate(&server, &review).await;
+
+    assert!(applied.patched);
+    let spec = &applied.object["spec"];
+    assert!(spec.get("nodeName").is_none(), "{spec:#}");
+    assert_eq!(
+        spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"],
+        json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gke-node-1"]}]}])
+    );
+    assert_eq!(
+        applied.object["metadata"]["annotations"]["podmend.io/mutated"],
+        "node-affinity"
+    );
+    // Everything else of the captured pod is untouched.
+    assert_eq!(
+        spec["tolerations"],
+        review["request"]["object"]["spec"]["tolerations"]
+    );
+    assert_eq!(
+        spec["containers"],
+        review["request"]["object"]["spec"]["containers"]
+    );
+    assert!(!applied.warnings.is_empty());
+    for warning in &applied.warnings {
+        assert!(warning.starts_with("podmend node-affinity"), "{warning}");
+        assert!(warning.chars().count() <= 120, "too long: {warning}");
+    }
+    assert_valid(&applied.object);
+    assert_idempotent(&server, &applied.object).await;
+}
+
+#[tokio::test]
+async fn a_jenkins_agent_keeps_its_limits_and_gets_zero_requests() {
+    let server = Server::start(Options::default());
+    let mut pod = fixture("jenkins-k8s-plugin-agent-pod-default-jnlp-as-submitted-eks.yaml");
+    pod["spec"]["nodeName"] = json!("ip-10-0-1-23.ec2.internal");
+    let applied = mutate(&server, &create_review("jenkins", &pod, "jenkins")).await;
+
+    assert!(applied.patched);
+    let jnlp = &applied.object["spec"]["containers"][1];
+    assert_eq!(jnlp["name"], "jnlp");
+    assert_eq!(
+        jnlp["resources"]["requests"],
+        json!({"cpu": "0", "memory": "0"})
+    );
+    assert_eq!(
+        jnlp["resources"]["limits"],
+        json!({"cpu": "100m", "memory": "256Mi"})
+    );
+    // The kubectl container had neither: nothing to keep, nothing to zero.
+    let kubectl = &applied.object["spec"]["containers"][0]["resources"];
+    for field in ["requests", "limits"] {
+        assert!(
+            kubectl.get(field).is_none_or(|m| m == &json!({})),
+            "{kubectl}"
+        );
+    }
+    assert_eq!(
+        applied.object["metadata"]["annotations"]["podmend.io/mutated"],
+        "node-affinity,agent-requests"
+    );
+    assert_eq!(k8s_rules::qos_class(&applied.object["spec"]), "Burstable");
+    assert_valid(&applied.object);
+    assert_idempotent(&server, &applied.object).await;
+}
+
+#[tokio::test]
+async fn a_pinniped_agent_deployment_is_warned_about_but_unchanged_by_default() {
+    let server = Server::start(Options::default());
+    let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
+    let applied = mutate(
+        &server,
+        &create_review("pinniped", &deployment, "pinniped-concierge"),
+    )
+    .await;
+    assert!(!applied.patched);
+    assert!(
+        applied
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("podmend node-affinity would repair")),
+        "{:?}",
+        applied.warnings
+    );
+    assert!(
+        applied
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("podmend agent-requests would repair")),
+        "{:?}",
+        applied.warnings
+    );
+}
+
+#[tokio::test]
+async fn a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced() {
+    let config =
+        "rules:\n  node-affinity: {templates: enforce}\n  agent-requests: {templates: enforce}\n";
+    let server = Server::start(Options {
+        config: Some(config.to_string()),
+        ..Options::default()
+    });
+    let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
+    let applied = mutate(
+        &server,
+        &create_review("pinniped", &deployment, "pinniped-concierge"),
+    )
+    .await;
+    assert!(applied.patched);
+    let template = &applied.object["spec"]["template"];
+    assert!(template["spec"].get("nodeName").is_none());
+    assert_eq!(
+        template["spec"]["containers"][0]["resources"]["requests"],
+        json!({"cpu": "0", "memory": "0"})
+    );
+    assert_eq!(
+        template["spec"]["containers"][0]["resources"]["limits"],
+        json!({"cpu": "20m", "memory": "32Mi"})
+    );
+    assert_eq!(
+        template["metadata"]["annotations"]["podmend.io/mutated"],
+        "node-affinity,agent-requests"
+    );
+    // The original NoExecute toleration stays.
+    assert_eq!(
+        template["spec"]["tolerations"],
+        json!([{"effect": "NoExecute", "operator": "Exists"}])
+    );
+    assert_valid(&applied.object);
+    assert_idempotent(&server, &applied.object).await;
+}
+
+#[tokio::test]
+async fn fields_unknown_to_podmend_survive_the_round_trip() {
+    let server = Server::start(Options::default());
+    let mut review = gke_pod();
+    let object = &mut review["request"]["object"];
+    object["spec"]["nodeName"] = json!("n1");
+    object["spec"]["inventedSpecField"] = json!({"nested": [1, 2, 3]});
+    object["spec"]["containers"][0]["inventedContainerField"] = json!("keep me");
+    let applied = mutate(&server, &review).await;
+    assert!(applied.patched);
+    assert_eq!(
+        applied.object["spec"]["inventedSpecField"],
+        json!({"nested": [1, 2, 3]})
+    );
+    assert_eq!(
+        applied.object["spec"]["containers"][0]["inventedContainerField"],
+        "keep me"
+    );
+}
+
+#[tokio::test]
+async fn every_captured_request_podmend_must_not_change_is_allowed_without_a_patch() {
+    let server = Server::start(Options::default());
+    let requests = [
+        "admissionrequest-pod-delete-kubewarden.json",
+        "admissionrequest-pod-status-subresource-update-by-kubelet-kyverno.json",
+        "admissionrequest-configmap-create-unhandled-kind-pepr-log.json",
+        "admissionrequest-deployment-update-with-oldobject-kubewarden-echo.json",
+        "admissionrequest-deployment-update-label-k3s-pepr.json",
+        "admissionrequest-pod-create-by-replicaset-controller-kubewarden.json",
+        "admissionrequest-cronjob-create-kubewarden.json",
+        "admissionrequest-job-create-kubewarden.json",
+        "admissionrequest-daemonset-create-kubewarden.json",
+        "admissionrequest-deployment-create-kubewarden-echo.json",
+    ];
+    for name in requests {
+        let review = review_of(fixture(name));
+        let applied = mutate(&server, &review).await;
+        assert!(!applied.patched, "{name} was patched");
+        assert!(
+            applied.warnings.is_empty(),
+            "{name}: {:?}",
+            applied.warnings
+        );
+    }
+    let dry_run = fixture("admissionreview-v1-deployment-create-dryrun-kube-review-generated.json");
+    assert!(!mutate(&server, &dry_run).await.patched);
+
+    // A mirror pod carries nodeName by design: never touched.
+    let mut mirror = fixture("kube-controller-manager-mirror-pod-minikube.yaml");
+    mirror.as_object_mut().expect("object").remove("status");
+    let applied = mutate(&server, &create_review("mirror", &mirror, "kube-system")).await;
+    assert!(!applied.patched);
+}
+
+#[tokio::test]
+async fn a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations() {
+    let server = Server::start(Options::default());
+    let pod = fixture("virtual-kubelet-aci-e2e-pod-with-nodename-and-nodeselector.yaml");
+    let applied = mutate(&server, &create_review("vk", &pod, "default")).await;
+    assert!(applied.patched);
+    assert_eq!(
+        applied.object["spec"]["nodeSelector"],
+        pod["spec"]["nodeSelector"]
+    );
+    assert_eq!(
+        applied.object["spec"]["tolerations"],
+        pod["spec"]["tolerations"]
+    );
+    assert_valid(&applied.object);
+}
+
+#[tokio::test]
+async fn http2_is_negotiated_and_answers_the_same() {
+    let server = Server::start(Options::default());
+    let mut review = gke_pod();
+    review["request"]["object"]["spec"]["nodeName"] = json!("n1");
+    let (status1, body1, version1) = post(&server, H1, "/mutate", &review).await;
+    let (status2, body2, version2) = post(&server, H2, "/mutate", &review).await;
+    assert_eq!((status1, status2), (200, 200));
+    assert_eq!(version1, reqwest::Version::HTTP_11);
+    assert_eq!(version2, reqwest::Version::HTTP_2);
+    assert_eq!(body1, body2);
+}
+
+#[tokio::test]
+async fn deny_mode_rejects_on_the_validating_webhook_with_a_message() {
+    let server = Server::start(Options {
+        config: Some("rules:\n  node-affinity: {mode: deny}\n".to_string()),
+        ..Options::default()
+    });
+    let mut review = gke_pod();
+    review["request"]["object"]["spec"]["nodeName"] = json!("n1");
+    let (status, body, _) = post(&server, H1, "/validate", &review).await;
+    assert_eq!(status, 200);
+    let uid = review["request"]["uid"].as_str().expect("uid");
+    assert_eq!(
+        k8s_rules::verify_admission_response(uid, &body, false).expect("valid response"),
+        None
+    );
+    assert_eq!(body["response"]["allowed"], false);
+    assert_eq!(body["response"]["status"]["code"], 403);
+    let message = body["response"]["status"]["message"]
+        .as_str()
+        .expect("message");
+    assert!(
+        message.contains("node-affinity") && message.contains("matchFields"),
+        "{message}"
+    );
+    // The mutating webhook neither repairs nor warns in deny mode.
+    let applied = mutate(&server, &review).await;
+    assert!(!applied.patched);
+}
+
+#[tokio::test]
+async fn unreadable_requests_get_a_clear_4xx_and_the_server_stays_healthy() {
+    let server = Server::start(Options::default());
+    let client = server.client(H1);
+    let send = |content_type: &'static str, body: Vec<u8>| {
+        let request = client
+            .post(server.url("/mutate"))
+            .header("content-type", content_type)
+            .body(body);
+        async move {
+            let response = request.send().await.expect("answered");
+            (
+                response.status().as_u16(),
+                response.text().await.expect("text"),
+            )
+        }
+    };
+    let (status, text) = send("application/json", b"{not json".to_vec()).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("not valid JSON"), "{text}");
+    let (status, text) = send("text/plain", b"{}".to_vec()).await;
+    assert_eq!(status, 415);
+    assert!(text.contains("application/json"), "{text}");
+    let v1beta1 = serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {"uid": "u"}})).expect("json");
+    let (status, text) = send("application/json", v1beta1).await;
+    assert_eq!(status, 400);
+    assert!(text.contains("admissionReviewVersions"), "{text}");
+    // Over HTTP/1.1 the server answers 413 before the client has sent the whole body and
+    // closes; HTTP/2 lets the client read that answer, so this case uses HTTP/2.
+    let response = server
+        .client(H2)
+        .post(server.url("/mutate"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 9 * 1024 * 1024])
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status().as_u16(), 413);
+    assert!(response.text().await.expect("text").contains("larger than"));
+    let (status, _) = send(
+        "application/json; charset=utf-8",
+        serde_json::to_vec(&gke_pod()).expect("json"),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(server.metrics_get("/healthz").expect("healthz").0, 200);
+    let (_, metrics) = server.metrics_get("/metrics").expect("metrics");
+    assert!(
+        metrics.contains("podmend_bad_requests_total{reason=\"not-json\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("podmend_bad_requests_total{reason=\"content-type\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("podmend_bad_requests_total{reason=\"too-large\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn metrics_count_requests_rule_actions_and_certificate_expiry() {
+    let server = Server::start(Options::default());
+    let mut review = gke_pod();
+    review["request"]["object"]["spec"]["nodeName"] = json!("n1");
+    mutate(&server, &review).await;
+    let (status, metrics) = server.metrics_get("/metrics").expect("metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains("podmend_admission_requests_total{webhook=\"mutate\",kind=\"Pod\",operation=\"CREATE\",result=\"patched\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("podmend_rule_actions_total{rule=\"node-affinity\",action=\"repaired\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("podmend_admission_duration_seconds_count{webhook=\"mutate\"} 1"),
+        "{metrics}"
+    );
+    let expiry: i64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("podmend_tls_certificate_expiry_timestamp_seconds "))
+        .and_then(|v| v.parse().ok())
+        .expect("expiry gauge");
+    assert!(expiry > 1_700_000_000, "{expiry}");
+}
+
+#[tokio::test]
+async fn a_changed_config_is_reloaded_and_an_invalid_one_keeps_the_old() {
+    let server = Server::start(Options {
+        config: Some("rules:\n  node-affinity: {templates: warn}\n".to_string()),
+        ..Options::default()
+    });
+    let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
+    let review = create_review("reload", &deployment, "pinniped-concierge");
+    assert!(!mutate(&server, &review).await.patched);
+
+    std::fs::write(
+        server.config_path(),
+        "rules:\n  node-affinity: {templates: enforce}\n",
+    )
+    .expect("write");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !mutate(&server, &review).await.patched {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "config not reloaded:\n{}",
+            server.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
+    std::fs::write(
+        server.config_path(),
+        "rules:\n  node-affinity: {templates: sometimes}\n",
+    )
+    .expect("write");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (_, metrics) = server.metrics_get("/metrics").expect("metrics");
+        if metrics.contains("podmend_config_reloads_total{result=\"error\"} 1") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "invalid config not noticed:\n{metrics}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        mutate(&server, &review).await.patched,
+        "the old config must keep serving"
+    );
+    let log = server.log_text();
+    assert!(
+        log.contains("keeping the old one") && log.contains("templates"),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_drops_readiness_and_exits_cleanly() {
+    let mut server = Server::start(Options {
+        wait_ready: true,
+        ..Options::default()
+    });
+    assert!(
+        server.log_text().contains("cluster look-ups off"),
+        "{}",
+        server.log_text()
+    );
+    assert!(
+        server.terminate(),
+        "podmend did not exit cleanly on SIGTERM:\n{}",
+        server.log_text()
+    );
+    let log = server.log_text();
+    assert!(
+        log.contains("shutting down") && log.contains("stopped"),
+        "{log}"
+    );
+}

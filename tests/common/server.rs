@@ -1,0 +1,248 @@
+//! Runs the real `podmend serve` binary on loopback with certificates from `podmend certs`,
+//! and a TLS client that trusts only that CA: the test plays the API server.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_podmend");
+
+/// A running `podmend serve`; killed when dropped.
+pub struct Server {
+    child: Child,
+    pub webhook: SocketAddr,
+    pub metrics: SocketAddr,
+    pub dir: tempfile::TempDir,
+    pub log: PathBuf,
+}
+
+/// How to start the server.
+#[derive(Default)]
+pub struct Options {
+    /// Config file contents; built-in defaults when `None`.
+    pub config: Option<String>,
+    /// Kubeconfig for look-ups; a missing file (look-ups off) when `None`.
+    pub kubeconfig: Option<PathBuf>,
+    /// Wait for /readyz before returning.
+    pub wait_ready: bool,
+}
+
+fn free_port() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener.local_addr().expect("local addr")
+}
+
+/// Writes a development PKI with the real `podmend certs` command.
+pub fn write_certs(dir: &Path) {
+    let status = Command::new(BIN)
+        .args(["certs", "--dns", "localhost", "--dns", "127.0.0.1", "--out"])
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run podmend certs");
+    assert!(status.success(), "podmend certs failed");
+}
+
+impl Server {
+    pub fn start(options: Options) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let certs = dir.path().join("certs");
+        write_certs(&certs);
+        let webhook = free_port();
+        let metrics = free_port();
+        let log = dir.path().join("serve.log");
+        let mut command = Command::new(BIN);
+        command
+            .arg("serve")
+            .arg("--listen")
+            .arg(webhook.to_string())
+            .arg("--metrics-listen")
+            .arg(metrics.to_string())
+            .arg("--tls-cert")
+            .arg(certs.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(certs.join("tls.key"))
+            .args(["--reload-seconds", "1", "--shutdown-seconds", "5"])
+            .arg("--kubeconfig")
+            .arg(
+                options
+                    .kubeconfig
+                    .clone()
+                    .unwrap_or_else(|| dir.path().join("no-kubeconfig")),
+            )
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log file"));
+        if let Some(config) = &options.config {
+            let path = dir.path().join("config.yaml");
+            std::fs::write(&path, config).expect("write config");
+            command.arg("--config").arg(path);
+        }
+        let child = command.spawn().expect("start podmend serve");
+        let server = Server {
+            child,
+            webhook,
+            metrics,
+            dir,
+            log,
+        };
+        server.wait_for(if options.wait_ready {
+            "/readyz"
+        } else {
+            "/healthz"
+        });
+        server
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.yaml")
+    }
+
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.dir.path().join("certs/ca.crt")).expect("ca.crt")
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn wait_for(&self, path: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok((200, _)) = self.metrics_get(path) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "podmend did not answer {path} within 20 s; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A plain-HTTP GET on the metrics port: (status, body).
+    pub fn metrics_get(&self, path: &str) -> Result<(u16, String), String> {
+        use std::io::{Read, Write};
+        let mut stream =
+            std::net::TcpStream::connect_timeout(&self.metrics, Duration::from_secs(2))
+                .map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .map_err(|e| e.to_string())?;
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("bad response: {response}"))?;
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    /// A client that verifies the server against the dev CA, offering `alpn`.
+    pub fn client(&self, alpn: &[&[u8]]) -> reqwest::Client {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&self.ca_pem()) {
+            roots.add(cert.expect("ca pem")).expect("add ca");
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .timeout(Duration::from_secs(10))
+            .build()
+            .expect("client")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("https://localhost:{}{path}", self.webhook.port())
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns whether it exited cleanly.
+    pub fn terminate(&mut self) -> bool {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+use rustls_pki_types::pem::PemObject as _;
+
+/// Wraps an `AdmissionRequest` (the `.request` member) in an AdmissionReview.
+pub fn review_of(request: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+}
+
+/// A CREATE AdmissionReview for a bare object, as the API server builds it.
+pub fn create_review(uid: &str, object: &Value, namespace: &str) -> Value {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let api_version = object["apiVersion"].as_str().unwrap_or("v1");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let resource = format!("{}s", kind.to_lowercase());
+    review_of(json!({
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": {"group": group, "version": version, "resource": resource},
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": {"group": group, "version": version, "resource": resource},
+        "name": object["metadata"]["name"],
+        "namespace": namespace,
+        "operation": "CREATE",
+        "userInfo": {"username": "system:admin", "groups": ["system:masters", "system:authenticated"]},
+        "object": object,
+        "oldObject": null,
+        "dryRun": false,
+        "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
+    }))
+}
+
+/// Reads a fixture: JSON as is, YAML converted to JSON (first document).
+pub fn fixture(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    if name.ends_with(".json") {
+        serde_json::from_str(&text).expect("fixture JSON")
+    } else {
+        serde_yaml_ng::from_str(&text).expect("fixture YAML")
+    }
+}
