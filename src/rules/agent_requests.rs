@@ -64,20 +64,26 @@ impl Rule for AgentRequests {
         if !self.is_agent(meta) {
             return Vec::new();
         }
-        let limit_ranges: Vec<LimitRangeItem> = cx
+        let (container_ranges, pod_ranges): (Vec<LimitRangeItem>, Vec<LimitRangeItem>) = cx
             .cluster
             .limit_range_items(cx.namespace)
             .into_iter()
-            .filter(|item| item.type_ == "Container")
-            .collect();
+            .filter(|item| item.type_ == "Container" || item.type_ == "Pod")
+            .partition(|item| item.type_ == "Container");
+        // Zeroing then meeting a Pod LimitRange can land where it started: compare at the end.
+        let original = spec.clone();
         let mut changed = Changes::default();
         for container in spec.containers.iter_mut() {
-            self.repair_container(container, &limit_ranges, &mut changed);
+            self.repair_container(container, &container_ranges, &mut changed);
         }
         for container in spec.init_containers.iter_mut().flatten() {
-            self.repair_container(container, &limit_ranges, &mut changed);
+            self.repair_container(container, &container_ranges, &mut changed);
         }
+        self.meet_pod_limit_ranges(spec, &pod_ranges, &mut changed);
         self.repair_pod_level(spec, &mut changed);
+        if *spec == original {
+            return Vec::new();
+        }
         changed.messages()
     }
 
@@ -103,6 +109,46 @@ impl AgentRequests {
             {
                 changed.record(name, &container.name, outcome);
             }
+        }
+    }
+
+    /// A `type: Pod` LimitRange checks the pod's total request: when the zeroed containers
+    /// fall below its floor, the first container takes up the difference.
+    fn meet_pod_limit_ranges(
+        &self,
+        spec: &mut PodSpec,
+        pod_ranges: &[LimitRangeItem],
+        changed: &mut Changes,
+    ) {
+        if pod_ranges.is_empty() {
+            return;
+        }
+        for name in &self.config.resources {
+            let limit = aggregate(spec, name, container_limit);
+            let floor = limit_range_floor(name, (limit > 0).then_some(limit), pod_ranges);
+            let total = aggregate(spec, name, container_request);
+            let Some(first) = spec.containers.first_mut() else {
+                return;
+            };
+            if total >= floor {
+                continue;
+            }
+            let request = container_request(first, name) + (floor - total);
+            let resources = first
+                .resources
+                .get_or_insert_with(ResourceRequirements::default);
+            resources
+                .requests
+                .get_or_insert_with(BTreeMap::new)
+                .insert(name.to_string(), Quantity(format_quantity(name, request)));
+            changed.record(
+                name,
+                &first.name,
+                Outcome {
+                    floor: request,
+                    limit_added: false,
+                },
+            );
         }
     }
 
@@ -255,21 +301,30 @@ fn container_request(container: &Container, name: &str) -> Milli {
         .unwrap_or(0)
 }
 
-/// The containers' aggregate request as the API computes it for pod-level checks: regular
-/// containers and sidecars add up; a regular init container runs alone.
+fn container_limit(container: &Container, name: &str) -> Milli {
+    container
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref()?.get(name))
+        .and_then(|q| quantity::parse_milli(&q.0))
+        .unwrap_or(0)
+}
+
 fn aggregate_container_requests(spec: &PodSpec, name: &str) -> Milli {
-    let mut sum: Milli = spec
-        .containers
-        .iter()
-        .map(|c| container_request(c, name))
-        .sum();
+    aggregate(spec, name, container_request)
+}
+
+/// The containers' aggregate as the API computes it for pod-level checks: regular
+/// containers and sidecars add up; a regular init container runs alone.
+fn aggregate(spec: &PodSpec, name: &str, of: fn(&Container, &str) -> Milli) -> Milli {
+    let mut sum: Milli = spec.containers.iter().map(|c| of(c, name)).sum();
     let mut max_init: Milli = 0;
     for init in spec.init_containers.iter().flatten() {
-        let request = container_request(init, name);
+        let value = of(init, name);
         if init.restart_policy.as_deref() == Some("Always") {
-            sum += request;
+            sum += value;
         } else {
-            max_init = max_init.max(request);
+            max_init = max_init.max(value);
         }
     }
     sum.max(max_init)
@@ -620,6 +675,48 @@ mod tests {
             after["containers"][0]["resources"]["requests"],
             json!({"cpu": "250m", "memory": "34"})
         );
+    }
+
+    #[test]
+    fn a_pod_limit_range_minimum_is_met_by_the_first_container() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![
+                serde_json::from_value(
+                    json!({"type": "Pod", "min": {"cpu": "5m", "memory": "5Mi"}}),
+                )
+                .expect("item"),
+            ],
+        );
+        let (after, messages) = run(
+            AgentRequestsConfig::default(),
+            json!({"containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1", "memory": "1Gi"}}},
+                {"name": "b", "resources": {"limits": {"cpu": "1"}}}
+            ]}),
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "5m", "memory": "5242880"})
+        );
+        assert_eq!(
+            after["containers"][1]["resources"]["requests"],
+            json!({"cpu": "0"})
+        );
+        assert!(
+            messages.iter().any(|m| m.contains("LimitRange")),
+            "{messages:?}"
+        );
+        let (again, messages) = run(
+            AgentRequestsConfig::default(),
+            after.clone(),
+            &agent_meta(),
+            &cluster,
+        );
+        assert!(messages.is_empty(), "{messages:?}");
+        assert_eq!(again, after);
     }
 
     #[test]
