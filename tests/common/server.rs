@@ -29,6 +29,8 @@ pub struct Options {
     pub kubeconfig: Option<PathBuf>,
     /// Wait for /readyz before returning.
     pub wait_ready: bool,
+    /// Directory holding `tls.crt` and `tls.key`; fresh `podmend certs` output when `None`.
+    pub tls_dir: Option<PathBuf>,
 }
 
 fn free_port() -> SocketAddr {
@@ -52,6 +54,7 @@ impl Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
         write_certs(&certs);
+        let tls_dir = options.tls_dir.clone().unwrap_or_else(|| certs.clone());
         let webhook = free_port();
         let metrics = free_port();
         let log = dir.path().join("serve.log");
@@ -63,9 +66,9 @@ impl Server {
             .arg("--metrics-listen")
             .arg(metrics.to_string())
             .arg("--tls-cert")
-            .arg(certs.join("tls.crt"))
+            .arg(tls_dir.join("tls.crt"))
             .arg("--tls-key")
-            .arg(certs.join("tls.key"))
+            .arg(tls_dir.join("tls.key"))
             .args(["--reload-seconds", "1", "--shutdown-seconds", "5"])
             .arg("--kubeconfig")
             .arg(
