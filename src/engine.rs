@@ -126,6 +126,9 @@ pub struct Outcome {
     /// What `enforce` applies: every enforce-mode repair plus the `podmend.io/mutated`
     /// annotation. Empty when nothing is applied.
     pub patch: Vec<PatchOperation>,
+    /// Every finding's repair plus the annotation, whatever the modes: the patch the webhook
+    /// sends for this object when every rule enforces. `audit` shows and applies it.
+    pub repair: Vec<PatchOperation>,
 }
 
 impl Outcome {
@@ -231,24 +234,34 @@ impl Engine {
         };
         let spec_pointer = parse_pointer(target.spec);
         let cx = RuleContext { namespace, cluster };
-        let mut applied = original.clone();
-        let mut applied_value = to_json(&applied);
+        let original_value = to_json(&original);
+        // Two states advance through the rules: what enforce-mode rules apply, and what
+        // every rule would apply (for `audit`). They are the same unless a rule only warns.
+        let mut applied = (original.clone(), original_value.clone());
+        let mut repaired = (original, original_value.clone());
         let mut findings = Vec::new();
         for (rule, mode) in active {
-            let mut candidate = applied.clone();
+            let mut candidate = repaired.0.clone();
             let messages = rule.repair(&mut candidate, &meta, &cx);
             let candidate_value = to_json(&candidate);
             let patch = prefixed(
                 &spec_pointer,
-                json_patch::diff(&applied_value, &candidate_value),
+                json_patch::diff(&repaired.1, &candidate_value),
             );
             if messages.is_empty() && patch.is_empty() {
                 continue;
             }
             if mode == Mode::Enforce && !patch.is_empty() {
-                applied = candidate;
-                applied_value = candidate_value;
+                if applied.1 == repaired.1 {
+                    applied = (candidate.clone(), candidate_value.clone());
+                } else {
+                    let mut enforced = applied.0.clone();
+                    rule.repair(&mut enforced, &meta, &cx);
+                    let enforced_value = to_json(&enforced);
+                    applied = (enforced, enforced_value);
+                }
             }
+            repaired = (candidate, candidate_value);
             findings.push(Finding {
                 rule: rule.id(),
                 mode,
@@ -257,28 +270,33 @@ impl Engine {
                 patch,
             });
         }
-        let mut patch = prefixed(
-            &spec_pointer,
-            json_patch::diff(&to_json(&original), &applied_value),
-        );
-        if !patch.is_empty() {
-            let changed_by: Vec<&str> = findings
+        let annotated = |state: &Value, rules: Vec<&str>| {
+            let mut patch = prefixed(&spec_pointer, json_patch::diff(&original_value, state));
+            if !patch.is_empty() {
+                patch.push(mutated_annotation_op(
+                    object,
+                    target.metadata,
+                    &meta.annotations,
+                    &rules,
+                ));
+            }
+            patch
+        };
+        let changed = |enforced_only: bool| -> Vec<&str> {
+            findings
                 .iter()
-                .filter(|f| f.mode == Mode::Enforce && !f.patch.is_empty())
+                .filter(|f| !f.patch.is_empty() && (!enforced_only || f.mode == Mode::Enforce))
                 .map(|f| f.rule)
-                .collect();
-            patch.push(mutated_annotation_op(
-                object,
-                target.metadata,
-                &meta.annotations,
-                &changed_by,
-            ));
-        }
+                .collect()
+        };
+        let patch = annotated(&applied.1, changed(true));
+        let repair = annotated(&repaired.1, changed(false));
         Outcome {
             target: Some(target),
             skipped: None,
             findings,
             patch,
+            repair,
         }
     }
 }
@@ -520,6 +538,27 @@ mod tests {
         assert_eq!(outcome.findings[0].mode, Mode::Warn);
         // The audit still gets the repair, on the template's path.
         assert!(outcome.findings[0].patch.iter().any(|op| matches!(op, PatchOperation::Remove(r) if r.path.as_str() == "/spec/template/spec/nodeName")));
+    }
+
+    #[test]
+    fn the_repair_patch_applies_every_finding_whatever_its_mode() {
+        let object = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"metadata": {"labels": {"jenkins/label": "x"}},
+                "spec": {"nodeName": "n1", "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
+        let warned = engine().review(&create("apps", "Deployment", &object), &cluster());
+        let mut config = Config::default();
+        config.rules.node_affinity.templates = Mode::Enforce;
+        config.rules.agent_requests.templates = Mode::Enforce;
+        let enforced =
+            Engine::new(&config).review(&create("apps", "Deployment", &object), &cluster());
+        assert!(warned.patch.is_empty());
+        assert_eq!(warned.repair, enforced.patch);
+        assert_eq!(enforced.repair, enforced.patch);
+        let patched = apply(&object, &warned.repair);
+        assert_eq!(
+            patched["spec"]["template"]["metadata"]["annotations"][MUTATED_ANNOTATION],
+            "node-affinity,agent-requests"
+        );
     }
 
     #[test]
