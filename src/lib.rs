@@ -5,6 +5,7 @@
 //! - [`cli`]: the command line (clap); `main.rs` only dispatches.
 //! - [`config`]: the YAML configuration, its defaults and validation.
 //! - [`admission`]: the `admission.k8s.io/v1` AdmissionReview envelope, in and out.
+//! - [`audit`]: `podmend audit`, the dry run over manifests and live clusters.
 //! - [`engine`]: runs the rules on one object and computes the JSON Patch.
 //! - [`target`]: the one table from workload kind to pod-template path.
 //! - [`rules`]: the ordered rule registry, one file per rule.
@@ -18,6 +19,7 @@
 #![deny(rust_2018_idioms)]
 
 pub mod admission;
+pub mod audit;
 pub mod certs;
 pub mod cli;
 pub mod cluster;

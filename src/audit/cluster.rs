@@ -1,0 +1,1 @@
+//! STUB: replaced by the cluster helper (live cluster listing, symptoms, PolicyReports).

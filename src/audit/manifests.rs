@@ -1,0 +1,1 @@
+//! STUB: manifests reader (mine).

@@ -1,0 +1,360 @@
+//! `podmend audit`: the dry run. Objects from manifests ([`manifests`]) or a live cluster
+//! ([`cluster`]) go through the same [`Engine::review`] as the webhook, as CREATE requests;
+//! the [`Report`] holds every finding with the exact patch the webhook computes, and
+//! [`report`] renders it (table, JSON, SARIF, patches, repaired YAML).
+
+pub mod cluster;
+pub mod manifests;
+pub mod report;
+
+use json_patch::PatchOperation;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cluster::ClusterView;
+use crate::config::Mode;
+use crate::engine::{Engine, Operation, Outcome, Subject};
+
+/// Where an object came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// File path as given on the command line, `-` for stdin, or `cluster`.
+    pub file: String,
+    /// 1-based document number within the file (0 for cluster objects).
+    pub document: usize,
+    /// 1-based line where the document's content starts (0 for cluster objects).
+    pub line: usize,
+    /// Helm's `# Source: chart/templates/x.yaml` comment above the document, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub helm_source: Option<String>,
+    /// Index within a `kind: List` document's `items`, if the object came from one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub list_item: Option<usize>,
+}
+
+/// Which object a finding is about.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn of(object: &Value) -> Self {
+        let text = |pointer: &str| {
+            object
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
+        let name = match text("/metadata/name") {
+            name if name.is_empty() => text("/metadata/generateName"),
+            name => name,
+        };
+        Self {
+            api_version: text("/apiVersion"),
+            kind: text("/kind"),
+            namespace: text("/metadata/namespace"),
+            name,
+        }
+    }
+
+    /// `Kind/namespace/name` (namespace left out when empty).
+    pub fn display(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{}/{}", self.kind, self.name)
+        } else {
+            format!("{}/{}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+}
+
+/// One rule's finding on one object.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditFinding {
+    pub rule: String,
+    /// What the webhook does with it: `enforce` (repairs), `warn`, or `deny`.
+    pub mode: Mode,
+    pub object: ObjectRef,
+    pub source: Source,
+    /// The finding's lines joined with `; `.
+    pub message: String,
+    /// How to fix the source.
+    pub advice: String,
+    /// This rule's repair as a JSON Patch on the whole object.
+    pub patch: Vec<PatchOperation>,
+}
+
+/// The whole repair of one object: what the webhook sends when every rule enforces.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRepair {
+    pub object: ObjectRef,
+    pub source: Source,
+    pub patch: Vec<PatchOperation>,
+}
+
+/// What only a live cluster shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SymptomKind {
+    /// Failed pods of one owner with one reason: the nodeName storm shows here.
+    FailedPods,
+    /// Phase `Pending` while every container runs (virtual-kubelet nodes).
+    PendingWithRunningContainers,
+    /// A Docker-in-Docker pod that mounts the node's Docker socket.
+    DindHostSocket,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Symptom {
+    pub kind: SymptomKind,
+    /// The owner (for failed pods) or the pod.
+    pub object: ObjectRef,
+    /// Pods affected.
+    pub count: usize,
+    /// e.g. `OutOfcpu`.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// One line for people, e.g. "ReplicaSet x: 1,204 Failed pods (OutOfcpu) — its template pins spec.nodeName=y".
+    pub message: String,
+}
+
+/// A document that could not be read; the run goes on with the others.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InputError {
+    pub file: String,
+    pub document: usize,
+    pub line: usize,
+    pub message: String,
+}
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: document {} (line {}): {}",
+            self.file, self.document, self.line, self.message
+        )
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Summary {
+    /// Objects read.
+    pub objects: usize,
+    /// Objects without a pod spec (ConfigMaps, Services, …): counted and skipped.
+    pub without_pod_spec: usize,
+    /// Objects with a pod spec podmend leaves alone (mirror pods, skip annotation, …).
+    pub skipped: usize,
+    pub findings: usize,
+    pub enforce: usize,
+    pub warn: usize,
+    pub deny: usize,
+    pub symptoms: usize,
+    pub input_errors: usize,
+}
+
+/// Everything one audit run found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub findings: Vec<AuditFinding>,
+    pub repairs: Vec<ObjectRepair>,
+    pub symptoms: Vec<Symptom>,
+    pub errors: Vec<InputError>,
+    pub summary: Summary,
+}
+
+/// The least mode that makes `--fail-on` fail: `warn < deny < enforce`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum FailOn {
+    Warn,
+    Deny,
+    Enforce,
+}
+
+fn severity(mode: Mode) -> Option<FailOn> {
+    match mode {
+        Mode::Warn => Some(FailOn::Warn),
+        Mode::Deny => Some(FailOn::Deny),
+        Mode::Enforce => Some(FailOn::Enforce),
+        Mode::Off => None,
+    }
+}
+
+/// Exit statuses, as documented.
+pub const EXIT_CLEAN: u8 = 0;
+pub const EXIT_INPUT_ERROR: u8 = 1;
+pub const EXIT_FINDINGS: u8 = 3;
+
+impl Report {
+    /// Reviews one object as the webhook would on CREATE and records what it finds.
+    pub fn add_object(
+        &mut self,
+        engine: &Engine,
+        cluster: &dyn ClusterView,
+        object: &Value,
+        source: Source,
+    ) -> Outcome {
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+        let group = api_version.rsplit_once('/').map_or("", |(group, _)| group);
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let subject = Subject {
+            operation: Operation::Create,
+            group,
+            kind,
+            sub_resource: "",
+            namespace,
+            object: Some(object),
+            old_object: None,
+        };
+        let outcome = engine.review(&subject, cluster);
+        self.summary.objects += 1;
+        match (&outcome.target, &outcome.skipped) {
+            (None, _) | (Some(_), Some(crate::engine::Skip::NoPodSpec)) => {
+                self.summary.without_pod_spec += 1
+            }
+            (Some(_), Some(_)) => self.summary.skipped += 1,
+            (Some(_), None) => {}
+        }
+        let object_ref = ObjectRef::of(object);
+        for finding in &outcome.findings {
+            self.summary.findings += 1;
+            match finding.mode {
+                Mode::Enforce => self.summary.enforce += 1,
+                Mode::Warn => self.summary.warn += 1,
+                Mode::Deny => self.summary.deny += 1,
+                Mode::Off => {}
+            }
+            self.findings.push(AuditFinding {
+                rule: finding.rule.to_string(),
+                mode: finding.mode,
+                object: object_ref.clone(),
+                source: source.clone(),
+                message: finding.messages.join("; "),
+                advice: finding.advice.to_string(),
+                patch: finding.patch.clone(),
+            });
+        }
+        if !outcome.repair.is_empty() {
+            self.repairs.push(ObjectRepair {
+                object: object_ref,
+                source,
+                patch: outcome.repair.clone(),
+            });
+        }
+        outcome
+    }
+
+    pub fn add_error(&mut self, error: InputError) {
+        self.summary.input_errors += 1;
+        self.errors.push(error);
+    }
+
+    pub fn add_symptom(&mut self, symptom: Symptom) {
+        self.summary.symptoms += 1;
+        self.symptoms.push(symptom);
+    }
+
+    /// 1 on any input error; else 3 when a finding is at or above `fail_on` (symptoms count
+    /// as `warn`); else 0.
+    pub fn exit_status(&self, fail_on: FailOn) -> u8 {
+        if !self.errors.is_empty() {
+            return EXIT_INPUT_ERROR;
+        }
+        let failing = self
+            .findings
+            .iter()
+            .filter_map(|f| severity(f.mode))
+            .chain(self.symptoms.iter().map(|_| FailOn::Warn))
+            .any(|level| level >= fail_on);
+        if failing { EXIT_FINDINGS } else { EXIT_CLEAN }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::cluster::StaticCluster;
+    use crate::config::Config;
+
+    fn source() -> Source {
+        Source {
+            file: "x.yaml".into(),
+            document: 1,
+            line: 1,
+            helm_source: None,
+            list_item: None,
+        }
+    }
+
+    #[test]
+    fn findings_carry_the_object_source_and_the_rules_patch() {
+        let mut report = Report::default();
+        let engine = Engine::new(&Config::default());
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "a"}]}});
+        report.add_object(&engine, &StaticCluster::offline(), &pod, source());
+        assert_eq!(report.findings.len(), 1);
+        let finding = &report.findings[0];
+        assert_eq!(finding.rule, "node-affinity");
+        assert_eq!(finding.object.display(), "Pod/ns/p");
+        assert!(!finding.patch.is_empty());
+        assert_eq!(report.repairs.len(), 1);
+        assert_eq!(report.summary.enforce, 1);
+    }
+
+    #[test]
+    fn objects_without_a_pod_spec_are_counted_and_skipped() {
+        let mut report = Report::default();
+        let engine = Engine::new(&Config::default());
+        report.add_object(
+            &engine,
+            &StaticCluster::offline(),
+            &json!({"apiVersion": "v1", "kind": "Service"}),
+            source(),
+        );
+        assert_eq!(report.summary.objects, 1);
+        assert_eq!(report.summary.without_pod_spec, 1);
+        assert!(report.findings.is_empty());
+    }
+
+    #[test]
+    fn exit_status_follows_fail_on_and_input_errors() {
+        let mut report = Report::default();
+        assert_eq!(report.exit_status(FailOn::Warn), EXIT_CLEAN);
+        let engine = Engine::new(&Config::default());
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}}});
+        report.add_object(&engine, &StaticCluster::offline(), &deployment, source());
+        assert_eq!(report.exit_status(FailOn::Warn), EXIT_FINDINGS);
+        assert_eq!(report.exit_status(FailOn::Deny), EXIT_CLEAN);
+        assert_eq!(report.exit_status(FailOn::Enforce), EXIT_CLEAN);
+        report.add_error(InputError {
+            file: "x".into(),
+            document: 2,
+            line: 7,
+            message: "bad".into(),
+        });
+        assert_eq!(report.exit_status(FailOn::Enforce), EXIT_INPUT_ERROR);
+    }
+}

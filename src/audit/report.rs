@@ -1,0 +1,1 @@
+//! STUB: replaced by the report helper (table, JSON, SARIF, patch renderers).
