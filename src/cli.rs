@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::audit::FailOn;
+use crate::audit::report::Format;
 use crate::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -31,6 +33,8 @@ pub struct Cli {
 pub enum Command {
     /// Run the HTTPS admission webhook (POST /mutate, /validate) and the metrics port.
     Serve(ServeArgs),
+    /// Show what podmend would repair, in manifests or a live cluster (a dry run).
+    Audit(AuditArgs),
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
     Certs(CertsArgs),
     /// Print the default configuration with comments, or check a configuration file.
@@ -92,4 +96,42 @@ pub struct ConfigArgs {
     /// Check this configuration file instead of printing the defaults; exits 1 if invalid.
     #[arg(long, value_name = "FILE")]
     pub check: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Manifest files or directories (recursing into *.yaml, *.yml, *.json); `-` reads stdin.
+    #[arg(required_unless_present = "cluster", conflicts_with = "cluster")]
+    pub paths: Vec<String>,
+    /// Audit the live cluster of the kubeconfig instead of files.
+    #[arg(long)]
+    pub cluster: bool,
+    /// Kubeconfig context (with --cluster).
+    #[arg(long, requires = "cluster")]
+    pub context: Option<String>,
+    /// Kubeconfig file (with --cluster); default: $KUBECONFIG, ~/.kube/config, in-cluster.
+    #[arg(long, requires = "cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only this namespace (with --cluster); default: all namespaces.
+    #[arg(short = 'n', long, requires = "cluster")]
+    pub namespace: Option<String>,
+    /// Objects per list request (with --cluster).
+    #[arg(long, default_value_t = 500, requires = "cluster", value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub page_size: u32,
+    /// Output: table, json, sarif, patch (JSON Lines), yaml (the manifests, repaired).
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: Format,
+    /// Exit 3 when a finding is at or above this mode (warn < deny < enforce), or never.
+    /// Default: warn; never with -o yaml, so it works as a Helm post-renderer.
+    #[arg(long, value_enum)]
+    pub fail_on: Option<FailOn>,
+    /// Configuration file, as for `serve` (modes decide what each finding is).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Print the findings as wgpolicyk8s.io/v1alpha2 PolicyReports (YAML) instead (with --cluster).
+    #[arg(long, requires = "cluster")]
+    pub policy_report: bool,
+    /// Apply the PolicyReports to the cluster (server-side apply) instead of printing them.
+    #[arg(long, requires = "policy_report")]
+    pub apply: bool,
 }

@@ -1,5 +1,6 @@
 //! The `podmend` binary: parse the command line, set up logging, dispatch.
 
+use std::io::IsTerminal as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use clap::Parser;
 use podmend::cli::{Cli, Command};
 use podmend::config::{Config, DEFAULT_CONFIG_YAML};
 use podmend::server::{self, ServeOptions};
-use podmend::{certs, telemetry};
+use podmend::{audit, certs, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -41,6 +42,18 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             runtime.block_on(server::serve(options, shutdown_signal()))?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Audit(args) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let terminal = audit::Terminal {
+                color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+                progress: std::io::stderr().is_terminal(),
+            };
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            let mut stdout = std::io::stdout().lock();
+            let status = runtime.block_on(audit::run(&args, &mut stdout, terminal))?;
+            Ok(ExitCode::from(status))
         }
         Command::Certs(args) => {
             let pki = certs::generate(&args.dns, args.days)?;

@@ -11,9 +11,13 @@ use json_patch::PatchOperation;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cluster::ClusterView;
-use crate::config::Mode;
+use std::io::Write;
+
+use crate::cli::AuditArgs;
+use crate::cluster::{ClusterView, StaticCluster};
+use crate::config::{Config, ConfigError, Mode};
 use crate::engine::{Engine, Operation, Outcome, Subject};
+use report::Format;
 
 /// Where an object came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -175,12 +179,14 @@ pub struct Report {
     pub summary: Summary,
 }
 
-/// The least mode that makes `--fail-on` fail: `warn < deny < enforce`.
+/// The least mode that makes `--fail-on` fail: `warn < deny < enforce`; `never` for
+/// pipelines that only want the output (a Helm post-renderer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum FailOn {
     Warn,
     Deny,
     Enforce,
+    Never,
 }
 
 fn severity(mode: Mode) -> Option<FailOn> {
@@ -286,6 +292,121 @@ impl Report {
             .chain(self.symptoms.iter().map(|_| FailOn::Warn))
             .any(|level| level >= fail_on);
         if failing { EXIT_FINDINGS } else { EXIT_CLEAN }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Cluster(#[from] cluster::ClusterAuditError),
+    #[error("-o yaml prints the given manifests repaired; it takes manifest paths, not --cluster")]
+    YamlFromCluster,
+    #[error("cannot write the output: {0}")]
+    Write(#[source] std::io::Error),
+}
+
+/// How the output is shown.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Terminal {
+    /// Colour in the table (stdout is a terminal and NO_COLOR is unset).
+    pub color: bool,
+    /// Progress on stderr while listing a cluster (stderr is a terminal).
+    pub progress: bool,
+}
+
+/// Runs `podmend audit`: reads, reviews, renders to `out`; returns the exit status.
+pub async fn run(
+    args: &AuditArgs,
+    out: &mut dyn Write,
+    terminal: Terminal,
+) -> Result<u8, AuditError> {
+    let config = match &args.config {
+        Some(path) => Config::from_file(path)?,
+        None => Config::default(),
+    };
+    let engine = Engine::new(&config);
+    let mut report = Report::default();
+    let default_fail_on = if args.output == Format::Yaml {
+        FailOn::Never
+    } else {
+        FailOn::Warn
+    };
+    let fail_on = args.fail_on.unwrap_or(default_fail_on);
+    let write =
+        |out: &mut dyn Write, text: &str| out.write_all(text.as_bytes()).map_err(AuditError::Write);
+
+    if args.cluster {
+        if args.output == Format::Yaml && !args.policy_report {
+            return Err(AuditError::YamlFromCluster);
+        }
+        let client =
+            cluster::client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+        let options = cluster::ClusterAuditOptions {
+            namespace: args.namespace.clone(),
+            page_size: args.page_size,
+            progress: terminal.progress,
+        };
+        cluster::audit_cluster(client.clone(), &engine, &options, &mut report).await?;
+        if terminal.progress {
+            eprintln!();
+        }
+        if args.policy_report {
+            let reports = cluster::policy_reports(&report);
+            if args.apply {
+                let applied = cluster::apply_policy_reports(client, &reports).await?;
+                write(out, &format!("applied {applied} PolicyReport(s)\n"))?;
+            } else {
+                for policy_report in &reports {
+                    // Serializing a JSON value to YAML cannot fail.
+                    write(
+                        out,
+                        &format!(
+                            "---\n{}",
+                            serde_yaml_ng::to_string(policy_report).unwrap_or_default()
+                        ),
+                    )?;
+                }
+            }
+            return Ok(report.exit_status(fail_on));
+        }
+        write(out, &render(&report, args.output, terminal))?;
+        return Ok(report.exit_status(fail_on));
+    }
+
+    let (files, errors) = manifests::read_paths(&args.paths);
+    for error in errors {
+        report.add_error(error);
+    }
+    // Manifests are reviewed without cluster look-ups: node taints and LimitRanges are unknown.
+    let offline = StaticCluster::offline();
+    for file in &files {
+        for document in &file.documents {
+            for (item, object) in document.objects() {
+                report.add_object(&engine, &offline, object, document.source(&file.name, item));
+            }
+        }
+    }
+    if args.output == Format::Yaml {
+        for error in &report.errors {
+            eprintln!("podmend audit: {error}");
+        }
+        write(out, &manifests::render_repaired(&files, &report.repairs))?;
+    } else {
+        write(out, &render(&report, args.output, terminal))?;
+    }
+    Ok(report.exit_status(fail_on))
+}
+
+fn render(report: &Report, format: Format, terminal: Terminal) -> String {
+    match format {
+        Format::Table => report::table(report, terminal.color),
+        Format::Json => report::json(report),
+        Format::Sarif => report::sarif(report, env!("CARGO_PKG_VERSION")),
+        Format::Patch => report::patches(report),
+        // Only reachable for cluster findings, refused above.
+        Format::Yaml => report::json(report),
     }
 }
 

@@ -1,0 +1,316 @@
+//! `podmend audit` on manifests, through the real binary: golden directories (input →
+//! expected findings and expected repaired YAML), the same patch as the webhook, repaired
+//! output that re-audits clean and passes the official schema, and input errors.
+//!
+//! `PODMEND_BLESS=1 cargo test --test audit_files` rewrites the golden files; review the diff.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::k8s_rules;
+use common::schema::validate_with_schema;
+use common::server::{BIN, Options, Server, create_review};
+use serde_json::{Value, json};
+
+fn case_dir(case: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/audit")
+        .join(case)
+}
+
+struct Run {
+    status: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn audit(args: &[&str], stdin: Option<&str>) -> Run {
+    let mut child = Command::new(BIN)
+        .arg("audit")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run podmend audit");
+    {
+        use std::io::Write;
+        let mut pipe = child.stdin.take().expect("stdin");
+        if let Some(text) = stdin {
+            pipe.write_all(text.as_bytes()).expect("write stdin");
+        }
+    }
+    let output = child.wait_with_output().expect("podmend audit finishes");
+    Run {
+        status: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn relative(path: &Path) -> String {
+    path.strip_prefix(env!("CARGO_MANIFEST_DIR"))
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// The part of the JSON report a golden file pins: which rule found what, where.
+fn findings_digest(report: &Value) -> Value {
+    let findings = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .map(|f| {
+            json!({
+                "rule": f["rule"], "mode": f["mode"],
+                "object": format!("{}/{}/{}", f["object"]["kind"].as_str().unwrap_or(""), f["object"]["namespace"].as_str().unwrap_or(""), f["object"]["name"].as_str().unwrap_or("")),
+                "file": Path::new(f["source"]["file"].as_str().unwrap_or("")).file_name().map(|n| n.to_string_lossy().into_owned()),
+                "document": f["source"]["document"], "line": f["source"]["line"],
+                "helmSource": f["source"]["helmSource"], "listItem": f["source"]["listItem"],
+                "message": f["message"],
+            })
+        })
+        .collect::<Vec<_>>();
+    json!({"findings": findings, "summary": report["summary"], "errors": report["errors"].as_array().map(|e| e.len())})
+}
+
+fn check_golden(path: &Path, actual: &str) {
+    if std::env::var_os("PODMEND_BLESS").is_some() {
+        std::fs::write(path, actual).expect("bless");
+    }
+    let expected = std::fs::read_to_string(path)
+        .unwrap_or_else(|_| panic!("{} missing: run with PODMEND_BLESS=1", path.display()));
+    assert_eq!(actual, expected, "{} differs", path.display());
+}
+
+fn run_golden(case: &str, expected_status: i32) {
+    let dir = case_dir(case);
+    let input = relative(&dir);
+    let json_run = audit(&["-o", "json", &input], None);
+    assert_eq!(json_run.status, expected_status, "{}", json_run.stderr);
+    let report: Value = serde_json::from_str(&json_run.stdout).expect("json report");
+    let digest = serde_json::to_string_pretty(&findings_digest(&report)).expect("json") + "\n";
+    check_golden(&dir.join("expected-findings.json"), &digest);
+    let yaml_run = audit(&["-o", "yaml", &input], None);
+    check_golden(&dir.join("expected.yaml"), &yaml_run.stdout);
+}
+
+#[test]
+fn a_helm_render_gets_findings_with_helm_sources_and_repaired_yaml() {
+    run_golden("helm-render", 3);
+}
+
+#[test]
+fn list_items_are_audited_one_by_one() {
+    run_golden("list", 3);
+}
+
+#[test]
+fn real_objects_from_public_projects_match_their_golden_findings() {
+    run_golden("real-objects", 3);
+}
+
+#[test]
+fn a_broken_document_among_good_ones_exits_1_names_the_line_and_reports_the_rest() {
+    run_golden("broken-document", 1);
+    let input = relative(&case_dir("broken-document").join("input.yaml"));
+    let run = audit(&["-o", "json", &input], None);
+    let report: Value = serde_json::from_str(&run.stdout).expect("json");
+    let error = &report["errors"][0];
+    assert_eq!(error["document"], 2);
+    assert_eq!(error["line"], 14, "{error}");
+    assert!(error["file"].as_str().unwrap_or("").ends_with("input.yaml"));
+    let names: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["object"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["before-the-break", "after-the-break"]);
+    let table = audit(&[&input], None);
+    assert_eq!(table.status, 1);
+    assert!(
+        table.stdout.contains("document 2 (line 14)"),
+        "{}",
+        table.stdout
+    );
+}
+
+#[test]
+fn fail_on_decides_the_exit_status() {
+    let input = relative(&case_dir("helm-render"));
+    assert_eq!(audit(&["-o", "json", &input], None).status, 3);
+    assert_eq!(
+        audit(&["-o", "json", "--fail-on", "enforce", &input], None).status,
+        3
+    );
+    let only_warn = relative(&case_dir("helm-render").join("input.yaml"));
+    let config = tempfile::NamedTempFile::new().expect("tmp");
+    std::fs::write(
+        config.path(),
+        "rules:\n  node-affinity: {mode: warn}\n  agent-requests: {mode: warn}\n",
+    )
+    .expect("write");
+    let config_path = config.path().display().to_string();
+    assert_eq!(
+        audit(
+            &[
+                "-o",
+                "json",
+                "--config",
+                &config_path,
+                "--fail-on",
+                "deny",
+                &only_warn
+            ],
+            None
+        )
+        .status,
+        0
+    );
+    assert_eq!(
+        audit(&["-o", "json", "--config", &config_path, &only_warn], None).status,
+        3
+    );
+    assert_eq!(
+        audit(&["-o", "json", "--fail-on", "never", &input], None).status,
+        0
+    );
+    let clean = "apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec:\n  containers: [{name: a, image: x}]\n";
+    assert_eq!(audit(&["-o", "json", "-"], Some(clean)).status, 0);
+}
+
+#[test]
+fn yaml_output_works_as_a_post_renderer_on_stdin_and_re_audits_clean() {
+    let input = std::fs::read_to_string(case_dir("helm-render").join("input.yaml")).expect("input");
+    let repaired = audit(&["-o", "yaml", "-"], Some(&input));
+    assert_eq!(
+        repaired.status, 0,
+        "a post-renderer must exit 0: {}",
+        repaired.stderr
+    );
+    assert!(
+        repaired
+            .stdout
+            .contains("# Source: ci-agents/templates/service.yaml")
+    );
+    assert!(
+        repaired.stdout.contains("- port: 80   # kept as written"),
+        "untouched documents stay byte for byte"
+    );
+    let again = audit(&["-o", "json", "-"], Some(&repaired.stdout));
+    let report: Value = serde_json::from_str(&again.stdout).expect("json");
+    assert_eq!(report["summary"]["findings"], 0, "{}", again.stdout);
+    assert_eq!(again.status, 0);
+}
+
+#[test]
+fn repaired_yaml_passes_the_official_schema_and_the_api_rules() {
+    for case in ["helm-render", "list", "real-objects"] {
+        let run = audit(&["-o", "yaml", &relative(&case_dir(case))], None);
+        let mut objects = Vec::new();
+        for document in serde_yaml_ng::Deserializer::from_str(&run.stdout) {
+            let value: Value = serde::Deserialize::deserialize(document).expect("yaml document");
+            if value.is_null() {
+                continue;
+            }
+            let items = if value["kind"] == "List" {
+                value["items"].as_array().cloned().unwrap_or_default()
+            } else {
+                vec![value]
+            };
+            for item in items {
+                if let Some(spec) = k8s_rules::pod_spec_of(&item) {
+                    let errors = k8s_rules::validate_pod_spec(spec);
+                    assert!(errors.is_empty(), "{case}: {errors:?}");
+                }
+                objects.push(item);
+            }
+        }
+        assert!(!objects.is_empty());
+        validate_with_schema(&objects, false).unwrap_or_else(|e| panic!("{case}: {e}"));
+    }
+}
+
+/// The audit's repair for an object is exactly what the webhook sends for it (every rule
+/// enforcing, as audit shows the repair whatever the mode).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_patch_equals_the_webhook_patch_for_the_same_object() {
+    let all_enforce =
+        "rules:\n  node-affinity: {templates: enforce}\n  agent-requests: {templates: enforce}\n";
+    let server = tokio::task::spawn_blocking(move || {
+        Server::start(Options {
+            config: Some(all_enforce.to_string()),
+            ..Options::default()
+        })
+    })
+    .await
+    .expect("server");
+    let mut compared = 0;
+    for case in ["helm-render", "list", "real-objects"] {
+        let dir = case_dir(case);
+        let run = audit(&["-o", "patch", &relative(&dir)], None);
+        let json_report = audit(&["-o", "json", &relative(&dir)], None);
+        let report: Value = serde_json::from_str(&json_report.stdout).expect("json");
+        assert_eq!(
+            run.stdout.lines().count(),
+            report["repairs"].as_array().map_or(0, Vec::len)
+        );
+        for repair in report["repairs"].as_array().expect("repairs") {
+            let object = find_object(&dir, &repair["object"]);
+            let namespace = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default");
+            let review = create_review("audit-vs-webhook", &object, namespace);
+            let response = server
+                .client(&[b"h2"])
+                .post(server.url("/mutate"))
+                .json(&review)
+                .send()
+                .await
+                .expect("webhook answers");
+            let body: Value = response.json().await.expect("json");
+            let patch = k8s_rules::verify_admission_response("audit-vs-webhook", &body, true)
+                .expect("valid response")
+                .expect("the webhook patches what audit repairs");
+            let webhook_patch: Value = serde_json::from_slice(&patch).expect("patch json");
+            assert_eq!(
+                webhook_patch, repair["patch"],
+                "{case}: {}",
+                repair["object"]
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= 6, "only {compared} objects compared");
+}
+
+/// The object a repair is about, read back from the case's input files by kind and name.
+fn find_object(dir: &Path, object: &Value) -> Value {
+    let mut candidates = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("case dir") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml")
+            || path.file_name().is_some_and(|n| n == "expected.yaml")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("input file");
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+            let value: Value = serde::Deserialize::deserialize(document).unwrap_or(Value::Null);
+            let items = if value["kind"] == "List" {
+                value["items"].as_array().cloned().unwrap_or_default()
+            } else {
+                vec![value]
+            };
+            candidates.extend(items);
+        }
+    }
+    candidates
+        .into_iter()
+        .find(|c| c["kind"] == object["kind"] && c["metadata"]["name"] == object["name"])
+        .unwrap_or_else(|| panic!("{object} not found in {}", dir.display()))
+}
