@@ -88,7 +88,7 @@ fn check_golden(path: &Path, actual: &str) {
 
 fn run_golden(case: &str, expected_status: i32) {
     let dir = case_dir(case);
-    let input = relative(&dir);
+    let input = relative(&dir.join("input"));
     let json_run = audit(&["-o", "json", &input], None);
     assert_eq!(json_run.status, expected_status, "{}", json_run.stderr);
     let report: Value = serde_json::from_str(&json_run.stdout).expect("json report");
@@ -116,13 +116,18 @@ fn real_objects_from_public_projects_match_their_golden_findings() {
 #[test]
 fn a_broken_document_among_good_ones_exits_1_names_the_line_and_reports_the_rest() {
     run_golden("broken-document", 1);
-    let input = relative(&case_dir("broken-document").join("input.yaml"));
+    let input = relative(&case_dir("broken-document").join("input/three-documents.yaml"));
     let run = audit(&["-o", "json", &input], None);
     let report: Value = serde_json::from_str(&run.stdout).expect("json");
     let error = &report["errors"][0];
     assert_eq!(error["document"], 2);
-    assert_eq!(error["line"], 14, "{error}");
-    assert!(error["file"].as_str().unwrap_or("").ends_with("input.yaml"));
+    assert_eq!(error["line"], 15, "{error}");
+    assert!(
+        error["file"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("three-documents.yaml")
+    );
     let names: Vec<&str> = report["findings"]
         .as_array()
         .expect("findings")
@@ -133,7 +138,7 @@ fn a_broken_document_among_good_ones_exits_1_names_the_line_and_reports_the_rest
     let table = audit(&[&input], None);
     assert_eq!(table.status, 1);
     assert!(
-        table.stdout.contains("document 2 (line 14)"),
+        table.stdout.contains("document 2 (line 15)"),
         "{}",
         table.stdout
     );
@@ -141,13 +146,13 @@ fn a_broken_document_among_good_ones_exits_1_names_the_line_and_reports_the_rest
 
 #[test]
 fn fail_on_decides_the_exit_status() {
-    let input = relative(&case_dir("helm-render"));
+    let input = relative(&case_dir("helm-render").join("input"));
     assert_eq!(audit(&["-o", "json", &input], None).status, 3);
     assert_eq!(
         audit(&["-o", "json", "--fail-on", "enforce", &input], None).status,
         3
     );
-    let only_warn = relative(&case_dir("helm-render").join("input.yaml"));
+    let only_warn = relative(&case_dir("helm-render").join("input/helm-template.yaml"));
     let config = tempfile::NamedTempFile::new().expect("tmp");
     std::fs::write(
         config.path(),
@@ -185,7 +190,8 @@ fn fail_on_decides_the_exit_status() {
 
 #[test]
 fn yaml_output_works_as_a_post_renderer_on_stdin_and_re_audits_clean() {
-    let input = std::fs::read_to_string(case_dir("helm-render").join("input.yaml")).expect("input");
+    let input = std::fs::read_to_string(case_dir("helm-render").join("input/helm-template.yaml"))
+        .expect("input");
     let repaired = audit(&["-o", "yaml", "-"], Some(&input));
     assert_eq!(
         repaired.status, 0,
@@ -210,7 +216,10 @@ fn yaml_output_works_as_a_post_renderer_on_stdin_and_re_audits_clean() {
 #[test]
 fn repaired_yaml_passes_the_official_schema_and_the_api_rules() {
     for case in ["helm-render", "list", "real-objects"] {
-        let run = audit(&["-o", "yaml", &relative(&case_dir(case))], None);
+        let run = audit(
+            &["-o", "yaml", &relative(&case_dir(case).join("input"))],
+            None,
+        );
         let mut objects = Vec::new();
         for document in serde_yaml_ng::Deserializer::from_str(&run.stdout) {
             let value: Value = serde::Deserialize::deserialize(document).expect("yaml document");
@@ -251,7 +260,7 @@ async fn the_audit_patch_equals_the_webhook_patch_for_the_same_object() {
     .expect("server");
     let mut compared = 0;
     for case in ["helm-render", "list", "real-objects"] {
-        let dir = case_dir(case);
+        let dir = case_dir(case).join("input");
         let run = audit(&["-o", "patch", &relative(&dir)], None);
         let json_report = audit(&["-o", "json", &relative(&dir)], None);
         let report: Value = serde_json::from_str(&json_report.stdout).expect("json");
