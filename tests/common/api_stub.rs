@@ -1,6 +1,8 @@
 //! A local HTTPS stand-in for the kube-apiserver: GET, list (with `limit`/`continue`) and
 //! watch (newline-delimited events, chunked, kept open) of a few core and apps/batch
-//! resources, in the JSON shapes the real server sends. For tests only.
+//! resources, and server-side apply (PATCH `application/apply-patch+yaml`) of resources
+//! registered with [`ApiStub::serve_resource`], in the JSON shapes the real server sends.
+//! For tests only.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -192,6 +194,37 @@ impl ApiStub {
         state.resource_version = rv;
         drop(state);
         self.shared.changed.send_replace(rv);
+    }
+
+    /// Serves `resource` (plural) under `group_version` (`wgpolicyk8s.io/v1alpha2`) as `kind`,
+    /// empty: like installing a CRD. Such resources also take server-side apply.
+    pub fn serve_resource(
+        &self,
+        resource: &str,
+        group_version: &str,
+        kind: &str,
+        namespaced: bool,
+    ) {
+        self.shared.lock().collections.insert(
+            resource.to_string(),
+            Collection {
+                group_version: group_version.to_string(),
+                kind: kind.to_string(),
+                namespaced,
+                objects: BTreeMap::new(),
+            },
+        );
+    }
+
+    /// The stored objects of `resource` (as the stub keeps them, without type meta for
+    /// listed ones), in key order; empty when the resource is not served.
+    pub fn objects(&self, resource: &str) -> Vec<Value> {
+        self.shared
+            .lock()
+            .collections
+            .get(resource)
+            .map(|c| c.objects.values().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Pushes a watch event for a Node (`ADDED`, `MODIFIED`, `DELETED` or `BOOKMARK`).
@@ -520,6 +553,7 @@ async fn handle(
     uri: Uri,
     headers: HeaderMap,
     Query(query): Query<HashMap<String, String>>,
+    body: Bytes,
 ) -> Response {
     let path_and_query = uri
         .path_and_query()
@@ -550,6 +584,9 @@ async fn handle(
             "Unauthorized",
             json!({}),
         );
+    }
+    if method == Method::PATCH {
+        return apply_response(&shared, uri.path(), &headers, &query, &body);
     }
     if method != Method::GET {
         return status(
@@ -616,6 +653,86 @@ async fn handle(
             }
         }
     }
+}
+
+/// Server-side apply of one object: the whole applied object replaces the stored one (one
+/// field manager, as in these tests); answers 201 on create, 200 on update.
+fn apply_response(
+    shared: &Shared,
+    path: &str,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    body: &[u8],
+) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type != "application/apply-patch+yaml" {
+        return status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            &format!(
+                "the body of the request was in an unknown format - accepted media types include: application/apply-patch+yaml (the stub only does apply), got {content_type:?}"
+            ),
+            json!({}),
+        );
+    }
+    if query.get("fieldManager").is_none_or(String::is_empty) {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            json!({}),
+        );
+    }
+    let Some((
+        group_version,
+        Target::Object {
+            resource,
+            namespace,
+            name,
+        },
+    )) = parse_path(path)
+    else {
+        return not_found();
+    };
+    // JSON is YAML; kube sends JSON.
+    let Ok(mut object) = serde_json::from_slice::<Value>(body) else {
+        return bad_request("error decoding YAML: the stub only decodes JSON");
+    };
+    let mut state = shared.lock();
+    state.resource_version += 1;
+    let rv = state.resource_version;
+    let Some(c) = state.collections.get_mut(&resource) else {
+        return not_found();
+    };
+    if c.group_version != group_version || c.namespaced != namespace.is_some() {
+        return not_found();
+    }
+    if object.pointer("/metadata/name").and_then(Value::as_str) != Some(name.as_str()) {
+        return bad_request("the name of the object does not match the name on the URL");
+    }
+    if let Some(ns) = &namespace {
+        object["metadata"]["namespace"] = Value::String(ns.clone());
+    }
+    set_resource_version(&mut object, rv);
+    let key = object_key(&object);
+    let code = if c.objects.contains_key(&key) {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let object = with_type_meta(object, c);
+    c.objects.insert(key, object.clone());
+    drop(state);
+    shared.changed.send_replace(rv);
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        object.to_string(),
+    )
+        .into_response()
 }
 
 fn bad_request(message: &str) -> Response {
