@@ -47,6 +47,8 @@ pub struct RulesConfig {
     pub node_affinity: NodeAffinityConfig,
     #[serde(rename = "agent-requests")]
     pub agent_requests: AgentRequestsConfig,
+    #[serde(rename = "dind-rm")]
+    pub dind_rm: DindRmConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +111,85 @@ impl Default for AgentRequestsConfig {
             selectors: Vec::new(),
             resources: vec!["cpu".to_string(), "memory".to_string()],
             limit_from_request: true,
+        }
+    }
+}
+
+/// What `podmend guard` does with a container created without `--rm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DindPolicy {
+    /// Sets `--rm` (AutoRemove); containers where that would break the client are reaped.
+    Rm,
+    /// Refuses the create with a message the docker CLI prints.
+    Deny,
+    /// Labels the container and removes it when the pod ends.
+    Reap,
+    /// Lets it pass and counts it.
+    Audit,
+}
+
+impl DindPolicy {
+    pub const ALL: [DindPolicy; 4] = [Self::Rm, Self::Deny, Self::Reap, Self::Audit];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DindPolicy::Rm => "rm",
+            DindPolicy::Deny => "deny",
+            DindPolicy::Reap => "reap",
+            DindPolicy::Audit => "audit",
+        }
+    }
+
+    /// The policy named `text` (as in config and the `podmend.io/dind-policy` annotation).
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|policy| policy.as_str() == text)
+    }
+}
+
+/// How the guard runs beside the pod's containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SidecarMode {
+    /// An init container with `restartPolicy: Always` (Kubernetes ≥ 1.29): starts first,
+    /// stops last, never keeps a finished pod running.
+    Native,
+    /// A regular container, for older clusters.
+    Container,
+}
+
+/// The guard image of this podmend release.
+pub const DEFAULT_GUARD_IMAGE: &str =
+    concat!("ghcr.io/podmend/podmend:", env!("CARGO_PKG_VERSION"));
+
+/// Images that run a Docker daemon: the official `docker` image's dind tags (`dind`,
+/// `27-dind`, `dind-rootless`, `27.3.1-dind-alpine3.20`, ...), bare or from any registry.
+pub const DEFAULT_DAEMON_IMAGES: &[&str] = &["docker:*dind*", "*/docker:*dind*"];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct DindRmConfig {
+    pub mode: Mode,
+    pub templates: Mode,
+    pub policy: DindPolicy,
+    pub guard_image: String,
+    pub sidecar_mode: SidecarMode,
+    /// Glob patterns (`*` only) on the image reference, digest ignored.
+    pub daemon_images: Vec<String>,
+}
+
+impl Default for DindRmConfig {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Enforce,
+            templates: Mode::Warn,
+            policy: DindPolicy::Rm,
+            guard_image: DEFAULT_GUARD_IMAGE.to_string(),
+            sidecar_mode: SidecarMode::Native,
+            daemon_images: DEFAULT_DAEMON_IMAGES
+                .iter()
+                .map(|p| p.to_string())
+                .collect(),
         }
     }
 }
@@ -221,13 +302,47 @@ impl Config {
                 }
             }
         }
+        let dind = &self.rules.dind_rm;
+        if dind.guard_image.trim().is_empty() || dind.guard_image.contains(char::is_whitespace) {
+            return Err(invalid(
+                "rules.dind-rm.guardImage",
+                format!(
+                    "{:?} is not an image reference; e.g. {DEFAULT_GUARD_IMAGE}",
+                    dind.guard_image
+                ),
+            ));
+        }
+        for (index, pattern) in dind.daemon_images.iter().enumerate() {
+            if let Some(message) = daemon_image_pattern_error(pattern) {
+                return Err(invalid(
+                    &format!("rules.dind-rm.daemonImages[{index}]"),
+                    format!("{pattern:?}: {message}"),
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+/// Why a `daemonImages` pattern is refused, if it is.
+fn daemon_image_pattern_error(pattern: &str) -> Option<&'static str> {
+    if pattern.is_empty() {
+        Some("an empty pattern matches no image")
+    } else if pattern.chars().all(|c| c == '*') {
+        Some("matches every image, so every pod would count as Docker-in-Docker")
+    } else if pattern.contains(char::is_whitespace) {
+        Some("image references contain no whitespace")
+    } else if pattern.contains(['?', '[', ']', '{', '}']) {
+        Some("`*` is the only wildcard (it matches any characters, `/` included)")
+    } else {
+        None
     }
 }
 
 /// The default configuration, commented; `podmend config` prints it, and a test checks it
 /// parses to `Config::default()`.
-pub const DEFAULT_CONFIG_YAML: &str = r#"# podmend configuration. Every key is optional; these are the defaults.
+pub const DEFAULT_CONFIG_YAML: &str = concat!(
+    r#"# podmend configuration. Every key is optional; these are the defaults.
 # Modes: enforce (repair the object), warn (change nothing, warn what would be repaired),
 #        deny (reject with what to change), off.
 
@@ -256,7 +371,28 @@ rules:
     selectors: []              # more agents: label selectors ({matchLabels: {...}, matchExpressions: [...]})
     resources: [cpu, memory]   # which requests to zero; only cpu, memory, ephemeral-storage
     limitFromRequest: true     # a request without a limit first becomes the limit, so the container keeps a bound
-"#;
+
+  # Docker-in-Docker: `docker run` without --rm leaves stopped containers that Kubernetes never
+  # sees, until the node's disk fills. In pods that run a Docker daemon or mount the node's
+  # docker.sock, podmend-guard (`podmend guard`) goes between the docker clients and the daemon:
+  # clients get DOCKER_HOST=unix:///run/podmend/docker.sock; the node's socket moves to the guard.
+  dind-rm:
+    mode: enforce
+    templates: warn
+    policy: rm                 # a container created without --rm: rm (add it), deny (refuse it),
+                               # reap (remove it when the pod ends), audit (count it);
+                               # per pod: annotation podmend.io/dind-policy (or "off")
+    guardImage: ghcr.io/podmend/podmend:"#,
+    env!("CARGO_PKG_VERSION"),
+    r#"
+    sidecarMode: native        # native: init container with restartPolicy Always (Kubernetes >= 1.29);
+                               # container: a regular container, for older clusters (init containers
+                               # run before it starts, so they keep their direct access)
+    daemonImages:              # images that run dockerd (`*` matches anything); a dockerd command counts too
+      - docker:*dind*          # docker:dind, docker:27-dind, docker:dind-rootless, docker:27.3.1-dind-alpine3.20
+      - "*/docker:*dind*"      # the same from a registry or mirror: docker.io/library/docker:dind
+"#
+);
 
 #[cfg(test)]
 mod tests {
@@ -312,6 +448,78 @@ mod tests {
         )
         .expect_err("gpu refused");
         assert!(error.to_string().contains("resources[1]"), "{error}");
+    }
+
+    #[test]
+    fn the_dind_rule_reads_its_section() {
+        let config = Config::from_yaml(
+            "rules:\n  dind-rm:\n    policy: reap\n    sidecarMode: container\n    daemonImages: [\"registry.local/ci/dind:*\"]\n",
+            "x",
+        )
+        .expect("parses");
+        let dind = &config.rules.dind_rm;
+        assert_eq!(dind.policy, DindPolicy::Reap);
+        assert_eq!(dind.sidecar_mode, SidecarMode::Container);
+        assert_eq!(dind.daemon_images, vec!["registry.local/ci/dind:*"]);
+        assert_eq!(dind.guard_image, DEFAULT_GUARD_IMAGE);
+        assert_eq!(dind.mode, Mode::Enforce);
+        assert_eq!(dind.templates, Mode::Warn);
+    }
+
+    #[test]
+    fn the_default_guard_image_is_this_release() {
+        assert_eq!(
+            DEFAULT_GUARD_IMAGE,
+            format!("ghcr.io/podmend/podmend:{}", env!("CARGO_PKG_VERSION"))
+        );
+        assert!(DEFAULT_CONFIG_YAML.contains(DEFAULT_GUARD_IMAGE));
+    }
+
+    #[test]
+    fn an_unknown_dind_policy_is_an_error_listing_the_policies() {
+        let error = Config::from_yaml("rules:\n  dind-rm:\n    policy: remove\n", "x")
+            .expect_err("bad policy");
+        let text = error.to_string();
+        assert!(text.contains("rules.dind-rm.policy"), "{text}");
+        assert!(text.contains("reap"), "{text}");
+    }
+
+    #[test]
+    fn dind_policies_round_trip_through_their_names() {
+        for policy in DindPolicy::ALL {
+            assert_eq!(DindPolicy::parse(policy.as_str()), Some(policy));
+        }
+        assert_eq!(DindPolicy::parse("off"), None);
+    }
+
+    #[test]
+    fn an_empty_guard_image_is_refused() {
+        let error = Config::from_yaml("rules:\n  dind-rm:\n    guardImage: \" \"\n", "x")
+            .expect_err("empty image");
+        assert!(
+            error.to_string().contains("rules.dind-rm.guardImage"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn daemon_image_patterns_are_checked() {
+        for (pattern, refused) in [
+            ("*", true),
+            ("", true),
+            ("docker:2?-dind", true),
+            ("docker :dind", true),
+            ("docker:[0-9]*-dind", true),
+            ("*/docker:*dind*", false),
+            ("ghcr.io/acme/buildkit-dind:*", false),
+        ] {
+            let yaml = format!("rules:\n  dind-rm:\n    daemonImages: [{pattern:?}]\n");
+            let result = Config::from_yaml(&yaml, "x");
+            assert_eq!(result.is_err(), refused, "{pattern:?}: {result:?}");
+            if let Err(error) = result {
+                assert!(error.to_string().contains("daemonImages[0]"), "{error}");
+            }
+        }
     }
 
     #[test]

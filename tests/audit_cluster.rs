@@ -479,10 +479,11 @@ async fn policy_reports_are_one_per_namespace_with_matching_summaries() {
             by_ns("pinniped-concierge")["summary"],
             json!({"pass": 0, "fail": 0, "warn": 3, "error": 0, "skip": 0})
         );
-        // jenkins: the agent's enforced requests (fail) and the docker socket (warn).
+        // jenkins: the agent's enforced requests and the dood pod's dind-rm guard (fail), and
+        // the docker socket symptom (warn).
         assert_eq!(
             by_ns("jenkins")["summary"],
-            json!({"pass": 0, "fail": 1, "warn": 1, "error": 0, "skip": 0})
+            json!({"pass": 0, "fail": 2, "warn": 1, "error": 0, "skip": 0})
         );
         let agent = by_ns("jenkins")["results"]
             .as_array()
@@ -571,7 +572,7 @@ async fn applying_policy_reports_is_a_server_side_apply_by_podmend() {
         let stored = stub.objects("policyreports");
         assert_eq!(stored.len(), 3);
         assert_eq!(stored[1]["metadata"]["namespace"], "jenkins");
-        assert_eq!(stored[1]["summary"]["fail"], 1);
+        assert_eq!(stored[1]["summary"]["fail"], 2);
 
         // Applying again updates in place.
         let again = apply_policy_reports(stub.client().await, &reports)

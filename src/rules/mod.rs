@@ -5,9 +5,11 @@
 //! | rule | effect |
 //! | --- | --- |
 //! | `node-affinity` | `spec.nodeName` → required node affinity on `metadata.name` (+ tolerations for the node's NoSchedule taints) |
+//! | `dind-rm` | pods running a Docker daemon or mounting the node's `docker.sock`: `podmend guard` injected between the docker clients and the daemon, enforcing `docker run --rm` |
 //! | `agent-requests` | agent pods: cpu/memory requests → `"0"` (or the LimitRange floor), limits kept |
 
 pub mod agent_requests;
+pub mod dind_rm;
 pub mod node_affinity;
 
 use std::collections::BTreeMap;
@@ -63,12 +65,15 @@ pub trait Rule: Send + Sync {
     fn advice(&self) -> &'static str;
 }
 
-/// Every rule, in the order they run.
+/// Every rule, in the order they run. `dind-rm` runs before `agent-requests` so an agent
+/// pod's injected guard gets zero requests like its other containers in the same pass (after,
+/// the API server's reinvocation would zero them in a second pass: not idempotent).
 pub fn registry(config: &Config) -> Vec<Box<dyn Rule>> {
     vec![
         Box::new(node_affinity::NodeAffinity::new(
             config.rules.node_affinity.clone(),
         )),
+        Box::new(dind_rm::DindRm::new(config.rules.dind_rm.clone())),
         Box::new(agent_requests::AgentRequests::new(
             config.rules.agent_requests.clone(),
         )),
@@ -76,4 +81,4 @@ pub fn registry(config: &Config) -> Vec<Box<dyn Rule>> {
 }
 
 /// The ids of every rule, in registry order.
-pub const RULE_IDS: &[&str] = &[node_affinity::ID, agent_requests::ID];
+pub const RULE_IDS: &[&str] = &[node_affinity::ID, dind_rm::ID, agent_requests::ID];
