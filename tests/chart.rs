@@ -1,0 +1,68 @@
+//! The Helm chart's tests (`tests/chart/test_chart.py`), run by `cargo test` so CI runs them.
+//!
+//! They render and lint `charts/podmend` with Helm's own engine (PyPI `helm-python-sdk`),
+//! validate every object against the official schemas, check the config the chart writes
+//! with this build's `podmend config --check`, and check the webhook paths against
+//! `src/server/paths.rs`. `scripts/test` installs the Python packages into `.venv`; this
+//! test never skips: without them it fails and says how to get them.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+const INSTALL_HINT: &str = "run scripts/test (it installs helm-python-sdk and pytest into .venv)";
+
+/// `$PODMEND_CHART_PYTHON`, else `<repo>/.venv/bin/python`.
+fn python() -> PathBuf {
+    match std::env::var_os("PODMEND_CHART_PYTHON") {
+        Some(path) => PathBuf::from(path),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"),
+    }
+}
+
+#[test]
+fn the_chart_renders_lints_and_keeps_its_invariants() {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let python = python();
+    assert!(
+        python.is_file(),
+        "{} does not exist: {INSTALL_HINT}",
+        python.display()
+    );
+    let probe = Command::new(&python)
+        .args([
+            "-c",
+            "import helm_python, pytest, yaml, kubernetes_validate",
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", python.display()));
+    assert!(
+        probe.status.success(),
+        "{} lacks the chart test packages: {INSTALL_HINT}\n{}",
+        python.display(),
+        String::from_utf8_lossy(&probe.stderr)
+    );
+
+    let output = Command::new(&python)
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/chart",
+        ])
+        .current_dir(&repo)
+        .env("PODMEND_BIN", env!("CARGO_BIN_EXE_podmend"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run pytest with {}: {e}", python.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    eprintln!("{stderr}");
+    assert!(
+        output.status.success(),
+        "the chart tests failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+}

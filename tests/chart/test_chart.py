@@ -1,0 +1,845 @@
+"""The Helm chart, rendered and linted with Helm's own engine (PyPI helm-python-sdk).
+
+Every rendered object of a matrix of values is checked against the official Kubernetes
+schemas (PyPI kubernetes-validate, strict: unknown fields are errors) at the newest version
+and at the chart's minimum (kubeVersion >= 1.29), and against the invariants that keep the
+webhook working: the Service and paths the webhook configurations call exist, the config
+the chart writes is one podmend accepts, the webhook never sees its own namespace or
+kube-system, renders are stable. Bad values must be refused by values.schema.json with a
+message that names the key.
+
+Run through `cargo test --test chart` (tests/chart.rs), or directly:
+    .venv/bin/python -m pytest -q tests/chart
+The podmend binary comes from $PODMEND_BIN, else target/debug/podmend (built if missing).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import os
+import re
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import SchemaNotFoundError
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "charts" / "podmend"
+RELEASE = "podmend"
+NAMESPACE = "podmend-system"
+# The newest schemas kubernetes-validate carries, and the chart's kubeVersion floor.
+KUBERNETES_VERSIONS = ("1.37.0", "1.29.0")
+# Custom resources: kubernetes-validate has no schema for them. Only these may be skipped.
+CRD_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("cert-manager.io/v1", "Issuer"),
+    ("cert-manager.io/v1", "Certificate"),
+}
+WORKLOAD_RULES = {
+    ("apps", "deployments"),
+    ("apps", "replicasets"),
+    ("apps", "statefulsets"),
+    ("apps", "daemonsets"),
+    ("batch", "jobs"),
+    ("batch", "cronjobs"),
+}
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+
+@lru_cache(maxsize=1)
+def route_constants() -> dict[str, str]:
+    """The route constants of src/server/paths.rs, e.g. {"MUTATE": "/mutate"}."""
+    text = (REPO / "src" / "server" / "paths.rs").read_text()
+    constants = dict(re.findall(r'pub const (\w+): &str = "([^"]*)";', text))
+    for name in ("MUTATE", "VALIDATE", "HEALTHZ", "READYZ", "METRICS"):
+        assert name in constants, f"src/server/paths.rs has no `pub const {name}: &str`"
+    return constants
+
+
+@lru_cache(maxsize=1)
+def podmend_bin() -> Path:
+    """The podmend binary: $PODMEND_BIN, else target/debug/podmend, built when missing."""
+    if os.environ.get("PODMEND_BIN"):
+        path = Path(os.environ["PODMEND_BIN"])
+        assert path.is_file(), f"PODMEND_BIN={path} does not exist"
+        return path
+    path = REPO / "target" / "debug" / "podmend"
+    if not path.is_file():
+        subprocess.run(["cargo", "build", "--locked", "--bin", "podmend"], cwd=REPO, check=True)
+    return path
+
+
+@lru_cache(maxsize=1)
+def chart() -> helm.Chart:
+    return helm.Chart.load(str(CHART_DIR))
+
+
+def render_raw(values: dict[str, Any], name: str = RELEASE, namespace: str = NAMESPACE) -> dict[str, str]:
+    return chart().render(copy.deepcopy(values), name=name, namespace=namespace)
+
+
+def render(values: dict[str, Any], name: str = RELEASE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """Every object the chart renders (tests hooks included), NOTES.txt left out."""
+    docs = []
+    for template, text in sorted(render_raw(values, name, namespace).items()):
+        if template.endswith("NOTES.txt"):
+            continue
+        for doc in yaml.safe_load_all(text):
+            if doc is not None:
+                doc["__template"] = template
+                docs.append(doc)
+    return docs
+
+
+def strip(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k != "__template"}
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = by_kind(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def effective(values: dict[str, Any]) -> dict[str, Any]:
+    """The values a release uses: chart defaults with `values` on top."""
+    return deep_merge(chart().values, values)
+
+
+def mode(value: Any) -> str:
+    return "off" if value is False else value
+
+
+def schema_error(values: dict[str, Any]) -> str:
+    """The message values.schema.json refuses `values` with (fails if it accepts them)."""
+    with pytest.raises(helm.HelmValuesError) as schema_refusal:
+        chart().validate_schema(values)
+    with pytest.raises(helm.HelmValuesError) as render_refusal:
+        render_raw(values)
+    for line in str(schema_refusal.value).splitlines():
+        assert line in str(render_refusal.value), "install refuses what validate_schema refuses"
+    return str(schema_refusal.value)
+
+
+@lru_cache(maxsize=1)
+def dev_ca_bundle() -> str:
+    """Base64 of a real CA certificate, from `podmend certs`."""
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run(
+            [str(podmend_bin()), "certs", "--dns", f"{RELEASE}.{NAMESPACE}.svc", "--out", out],
+            check=True,
+            capture_output=True,
+        )
+        return base64.b64encode((Path(out) / "ca.crt").read_bytes()).decode()
+
+
+# ---------------------------------------------------------------------------------------
+# the matrix
+
+
+def cases() -> dict[str, dict[str, Any]]:
+    return {
+        "defaults": {},
+        "tls-certManager": {"tls": {"mode": "certManager"}},
+        "tls-certManager-existing-issuer": {
+            "tls": {"mode": "certManager", "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}
+        },
+        "tls-secret": {"tls": {"mode": "secret", "secret": {"name": "podmend-serving", "caBundle": "CA_BUNDLE"}}},
+        "replicas-1": {"replicaCount": 1},
+        "replicas-1-fail-with-pdb": {"replicaCount": 1, "webhook": {"failurePolicy": "Fail"}},
+        "fail-timeout-30": {"webhook": {"failurePolicy": "Fail", "timeoutSeconds": 30}},
+        "timeout-1-no-pdb-no-spread": {
+            "webhook": {"timeoutSeconds": 1},
+            "podDisruptionBudget": {"enabled": False},
+            "topologySpread": {"enabled": False},
+        },
+        "node-affinity-off": {"rules": {"nodeAffinity": {"mode": "off"}}},
+        "node-affinity-warn": {"rules": {"nodeAffinity": {"mode": "warn", "templates": "deny"}}},
+        "agent-requests-off": {"rules": {"agentRequests": {"mode": "off"}}},
+        "dind-rm-off": {"rules": {"dindRm": {"mode": "off"}}},
+        "every-rule-off": {
+            "rules": {
+                "nodeAffinity": {"mode": "off"},
+                "agentRequests": {"mode": "off"},
+                "dindRm": {"mode": "off"},
+            }
+        },
+        "every-template-off-yaml-false": {
+            # unquoted YAML `off` arrives as false
+            "rules": {
+                "nodeAffinity": {"templates": False},
+                "agentRequests": {"templates": False},
+                "dindRm": {"templates": False},
+            }
+        },
+        "templates-enforce": {"rules": {"agentRequests": {"templates": "enforce"}}},
+        "virtual-node-phase-on": {"rules": {"virtualNodePhase": {"mode": "enforce"}}},
+        "virtual-node-phase-warn-custom-nodes": {
+            "rules": {"virtualNodePhase": {"mode": "warn", "nodeSelector": {"kubernetes.azure.com/role": "agent", "type": "virtual-kubelet"}}}
+        },
+        "rules-customised": {
+            "rules": {
+                "nodeAffinity": {"tolerateNodeTaints": False, "ignoreTaints": []},
+                "agentRequests": {
+                    "presets": ["jenkins-agent"],
+                    "selectors": [
+                        {"matchLabels": {"app": "ci-agent"}},
+                        {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["agent"]}]},
+                    ],
+                    "resources": ["cpu", "memory", "ephemeral-storage"],
+                    "limitFromRequest": False,
+                },
+                "dindRm": {"policy": "deny", "sidecarMode": "container", "guardImage": "registry.example/podmend:1"},
+            }
+        },
+        "namespace-selector-extras": {
+            "webhook": {
+                "skipNamespaces": ["ci-system", "kube-system"],
+                "namespaceSelector": {
+                    "matchLabels": {"podmend.io/enabled": "true"},
+                    "matchExpressions": [{"key": "env", "operator": "In", "values": ["dev", "ci"]}],
+                },
+                "objectSelector": {"matchExpressions": [{"key": "podmend.io/opt-out", "operator": "DoesNotExist"}]},
+                "annotations": {"example.com/owner": "platform"},
+            }
+        },
+        "monitoring": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}, "dashboard": {"enabled": True}}},
+        "pod-placement-and-image": {
+            "image": {"digest": "sha256:" + "ab" * 32},
+            "imagePullSecrets": [{"name": "regcred"}],
+            "priorityClassName": "system-cluster-critical",
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}]}}},
+            "podAnnotations": {"sidecar.istio.io/inject": "false"},
+            "podLabels": {"team": "platform"},
+            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
+            "podDisruptionBudget": {"minAvailable": "50%"},
+            "logFormat": "text",
+            "logLevel": "info,podmend=debug",
+        },
+        "existing-service-account": {"serviceAccount": {"create": False, "name": "podmend-sa"}},
+        "no-rbac": {"rbac": {"create": False}},
+    }
+
+
+CASES = cases()
+# Release name and namespace per case, to catch names hard-coded in templates.
+RELEASES = {
+    "namespace-selector-extras": ("ops-podmend", "ops"),
+    "tls-certManager": ("mend", "platform"),
+}
+
+
+def values_of(case: str) -> dict[str, Any]:
+    values = copy.deepcopy(CASES[case])
+    if case == "tls-secret":
+        values["tls"]["secret"]["caBundle"] = dev_ca_bundle()
+    return values
+
+
+def release_of(case: str) -> tuple[str, str]:
+    return RELEASES.get(case, (RELEASE, NAMESPACE))
+
+
+# ---------------------------------------------------------------------------------------
+# lint and stability
+
+
+def test_lint_passes_without_warnings_at_the_minimum_and_a_current_kubernetes():
+    for kube_version in ("v1.29.0", "v1.37.0"):
+        report = helm.lint(str(CHART_DIR), strict=True, namespace=NAMESPACE, kube_version=kube_version)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert not report["errors"] and not problems, json.dumps(report, indent=2)
+
+
+def test_chart_metadata_requires_kubernetes_1_29():
+    # Native sidecars (the dind-rm guard) and webhook matchConditions need 1.29.
+    metadata = chart().metadata
+    assert metadata["apiVersion"] == "v2"
+    assert metadata["kubeVersion"] == ">=1.29.0-0"
+    assert metadata["appVersion"] == re.search(r'^version = "([^"]+)"', (REPO / "Cargo.toml").read_text(), re.M).group(1)
+
+
+@pytest.mark.parametrize("case", ["defaults", "tls-certManager", "tls-secret", "monitoring"])
+def test_two_renders_are_identical(case):
+    name, namespace = release_of(case)
+    assert render_raw(values_of(case), name, namespace) == render_raw(values_of(case), name, namespace)
+
+
+def test_no_template_generates_secrets_or_reads_the_cluster():
+    # genCA/lookup-based certificates change on every render (helm#9426): GitOps tools would
+    # roll the webhook on every sync. TLS material is made at run time or by cert-manager.
+    forbidden = re.compile(r"\b(genCA|genSelfSignedCert|genSignedCert|genPrivateKey|lookup|randAlphaNum|randAscii|uuidv4|now)\b")
+    for template in chart().templates:
+        actions = " ".join(re.findall(r"\{\{.*?\}\}", template["data"], re.S))
+        found = forbidden.findall(actions)
+        assert not found, f"{template['name']} uses {found}"
+
+
+# ---------------------------------------------------------------------------------------
+# the matrix: schema and invariants
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def rendered(request):
+    case = request.param
+    values = values_of(case)
+    name, namespace = release_of(case)
+    return case, effective(values), render(values, name, namespace), name, namespace
+
+
+def test_every_object_passes_the_official_schema(rendered):
+    case, _, docs, _, _ = rendered
+    skipped = set()
+    failures = []
+    for doc in docs:
+        obj = strip(doc)
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except SchemaNotFoundError:
+                skipped.add((obj["apiVersion"], obj["kind"]))
+            except kubernetes_validate.ValidationError as error:
+                path = ".".join(str(p) for p in error.path)
+                failures.append(f"{doc['__template']} {obj['kind']}/{obj['metadata']['name']} @ {version}: {path}: {error.message}")
+    assert not failures, "\n".join(failures)
+    assert skipped <= CRD_KINDS, f"{case}: no schema for {skipped - CRD_KINDS}; only {CRD_KINDS} may be skipped"
+
+
+@lru_cache(maxsize=1)
+def default_config_text() -> str:
+    return subprocess.run([str(podmend_bin()), "config"], capture_output=True, text=True, check=True).stdout
+
+
+def podmend_knows_rule(name: str) -> bool:
+    """Whether this podmend build has the rule (its defaults, `podmend config`, list it)."""
+    return re.search(rf"^  {re.escape(name)}:", default_config_text(), re.M) is not None
+
+
+def config_check(path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    path.write_text(text)
+    return subprocess.run([str(podmend_bin()), "config", "--check", str(path)], capture_output=True, text=True)
+
+
+def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
+    case, values, docs, _, namespace = rendered
+    config_map = one(docs, "ConfigMap") if not values["metrics"]["dashboard"]["enabled"] else next(
+        d for d in by_kind(docs, "ConfigMap") if "config.yaml" in d["data"]
+    )
+    text = config_map["data"]["config.yaml"]
+    config = yaml.safe_load(text)
+    if "virtual-node-phase" in config["rules"] and not podmend_knows_rule("virtual-node-phase"):
+        # The chart renders the opt-in rule ahead of the server (issue 8). Until podmend knows
+        # it, its config must be refused for that section and nothing else.
+        refusal = config_check(tmp_path / "config.yaml", text)
+        assert refusal.returncode != 0 and "unknown field `virtual-node-phase`" in refusal.stderr, refusal.stderr
+        rest = copy.deepcopy(config)
+        del rest["rules"]["virtual-node-phase"]
+        text = yaml.safe_dump(rest)
+    check = config_check(tmp_path / "config.yaml", text)
+    assert check.returncode == 0, f"{case}: podmend config --check refused the chart's config:\n{check.stdout}{check.stderr}\n---\n{text}"
+
+    assert set(config) == {"excludeNamespaces", "rules"}
+    assert "kube-system" in config["excludeNamespaces"] and namespace in config["excludeNamespaces"]
+    for ns in values["webhook"]["skipNamespaces"]:
+        assert ns in config["excludeNamespaces"]
+    rules = values["rules"]
+    expected_rules = {"node-affinity", "agent-requests", "dind-rm"}
+    if mode(rules["virtualNodePhase"]["mode"]) != "off":
+        expected_rules.add("virtual-node-phase")
+    assert set(config["rules"]) == expected_rules, f"{case}: {sorted(config['rules'])}"
+    for key, name in (("nodeAffinity", "node-affinity"), ("agentRequests", "agent-requests"), ("dindRm", "dind-rm")):
+        assert config["rules"][name]["mode"] == mode(rules[key]["mode"])
+        assert config["rules"][name]["templates"] == mode(rules[key]["templates"])
+    na, ar, dr = config["rules"]["node-affinity"], config["rules"]["agent-requests"], config["rules"]["dind-rm"]
+    assert na["tolerateNodeTaints"] == rules["nodeAffinity"]["tolerateNodeTaints"]
+    assert na["ignoreTaints"] == rules["nodeAffinity"]["ignoreTaints"]
+    for key in ("presets", "selectors", "resources", "limitFromRequest"):
+        assert ar[key] == rules["agentRequests"][key]
+    # dind-rm: exactly the keys podmend's config has for it, nothing the schema of this
+    # podmend version would refuse.
+    assert set(dr) == {"mode", "templates", "policy", "sidecarMode", "guardImage"}
+    assert dr["policy"] == rules["dindRm"]["policy"] and dr["sidecarMode"] == rules["dindRm"]["sidecarMode"]
+    image = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert dr["guardImage"] == (rules["dindRm"]["guardImage"] or image), "the guard defaults to the webhook's own image"
+    if "virtual-node-phase" in config["rules"]:
+        assert config["rules"]["virtual-node-phase"] == {
+            "mode": mode(rules["virtualNodePhase"]["mode"]),
+            "nodeSelector": rules["virtualNodePhase"]["nodeSelector"],
+        }
+
+
+def test_the_webhooks_call_the_service_and_routes_podmend_serves(rendered):
+    _, values, docs, _, namespace = rendered
+    routes = route_constants()
+    service = one(docs, "Service")
+    deployment = one(docs, "Deployment")
+    pod = deployment["spec"]["template"]
+    container = one_container(deployment)
+    container_ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert container_ports == {"https": 8443, "metrics": 9090}
+
+    # the Service selects the webhook pods and forwards 443 to the HTTPS port
+    assert service["metadata"]["namespace"] == namespace
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    https = next(p for p in service["spec"]["ports"] if p["name"] == "https")
+    assert https["port"] == 443
+    assert container_ports[https["targetPort"]] == 8443
+    args = container["args"]
+    assert args[0] == "serve"
+    assert "--listen=0.0.0.0:8443" in args and "--metrics-listen=0.0.0.0:9090" in args
+
+    for kind, path in (("MutatingWebhookConfiguration", routes["MUTATE"]), ("ValidatingWebhookConfiguration", routes["VALIDATE"])):
+        config = one(docs, kind)
+        assert len(config["webhooks"]) == 1
+        for webhook in config["webhooks"]:
+            target = webhook["clientConfig"]["service"]
+            assert target == {"name": service["metadata"]["name"], "namespace": namespace, "path": path, "port": https["port"]}, kind
+
+    # probes on the plain-HTTP metrics port, at the server's routes
+    assert container["livenessProbe"]["httpGet"] == {"path": routes["HEALTHZ"], "port": "metrics"}
+    assert container["readinessProbe"]["httpGet"] == {"path": routes["READYZ"], "port": "metrics"}
+
+    for monitor in by_kind(docs, "ServiceMonitor"):
+        endpoint = monitor["spec"]["endpoints"][0]
+        assert endpoint["path"] == routes["METRICS"]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+
+    # the helm test pod calls the same Service and routes
+    test_pod = next(d for d in by_kind(docs, "Pod") if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test")
+    env = {e["name"]: e.get("value") for e in test_pod["spec"]["containers"][0]["env"]}
+    assert env["URL"] == f"https://{service['metadata']['name']}.{namespace}.svc:{https['port']}"
+    assert env["MUTATE_PATH"] == routes["MUTATE"] and env["VALIDATE_PATH"] == routes["VALIDATE"]
+
+
+# TLS self-management (tls.mode self) is rendered ahead of the server: until `podmend serve`
+# knows these flags, they are left out of the check below (and nothing else is).
+SELF_TLS_FLAGS = ("--tls-self-manage", "--tls-secret", "--webhook-configurations")
+
+
+@lru_cache(maxsize=1)
+def serve_help() -> str:
+    return subprocess.run([str(podmend_bin()), "serve", "--help"], capture_output=True, text=True, check=True).stdout
+
+
+def test_the_container_args_are_flags_podmend_serve_accepts(rendered):
+    _, _, docs, _, _ = rendered
+    args = one_container(one(docs, "Deployment"))["args"]
+    if "--tls-self-manage" not in serve_help():
+        args = [a for a in args if not a.startswith(SELF_TLS_FLAGS)]
+    # clap checks every flag and value before it acts on --help, so this parses the
+    # arguments without starting a server.
+    check = subprocess.run([str(podmend_bin()), *args, "--help"], capture_output=True, text=True)
+    assert check.returncode == 0, f"podmend refuses the chart's arguments {args}:\n{check.stderr}"
+
+
+def one_container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def test_the_webhook_configurations_are_safe_and_as_set(rendered):
+    case, values, docs, _, namespace = rendered
+    rules_values = values["rules"]
+    templates_active = any(
+        mode(rules_values[r]["mode"]) != "off" and mode(rules_values[r]["templates"]) != "off"
+        for r in ("nodeAffinity", "agentRequests", "dindRm")
+    )
+    status_active = mode(rules_values["virtualNodePhase"]["mode"]) != "off"
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = one(docs, kind)
+        mutating = kind.startswith("Mutating")
+        for webhook in config["webhooks"]:
+            assert webhook["admissionReviewVersions"] == ["v1"]
+            assert webhook["sideEffects"] == "None"
+            assert webhook["matchPolicy"] == "Equivalent"
+            assert webhook["failurePolicy"] == values["webhook"]["failurePolicy"]
+            assert webhook["timeoutSeconds"] == values["webhook"]["timeoutSeconds"]
+            if mutating:
+                assert webhook["reinvocationPolicy"] == "IfNeeded"
+            else:
+                assert "reinvocationPolicy" not in webhook
+
+            rules = webhook["rules"]
+            resources = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
+            assert not any("binding" in r for _, r in resources), f"{kind} sees pods/binding"
+            assert not any(r in ("*", "pods/*") for _, r in resources)
+            pod_rules = [r for r in rules if r["resources"] == ["pods"]]
+            assert len(pod_rules) == 1 and pod_rules[0]["operations"] == ["CREATE"], "Pods: CREATE only"
+            workload = {gr for gr in resources if gr in WORKLOAD_RULES}
+            assert workload == (WORKLOAD_RULES if templates_active else set()), f"{case}: {kind} workload rules"
+            for rule in rules:
+                if any((g, r) in WORKLOAD_RULES for g in rule["apiGroups"] for r in rule["resources"]):
+                    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+            status_rules = [r for r in rules if "pods/status" in r["resources"]]
+            if mutating and status_active:
+                assert len(status_rules) == 1 and status_rules[0]["operations"] == ["UPDATE"]
+                assert status_rules[0]["resources"] == ["pods/status"]
+            else:
+                assert not status_rules, f"{case}: {kind} has a pods/status rule"
+            for rule in rules:
+                assert rule["apiVersions"] == ["v1"] and rule["scope"] == "Namespaced"
+
+            selector = webhook["namespaceSelector"]
+            names = [e for e in selector["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"]
+            assert names and names[0]["operator"] == "NotIn"
+            excluded = set(names[0]["values"])
+            assert {"kube-system", namespace} <= excluded
+            assert set(values["webhook"]["skipNamespaces"]) <= excluded
+            assert {"key": "podmend.io/ignore", "operator": "DoesNotExist"} in selector["matchExpressions"]
+            for extra in values["webhook"]["namespaceSelector"]["matchExpressions"]:
+                assert extra in selector["matchExpressions"]
+            assert selector.get("matchLabels", {}) == values["webhook"]["namespaceSelector"]["matchLabels"]
+            object_selector = values["webhook"]["objectSelector"]
+            if object_selector["matchLabels"] or object_selector["matchExpressions"]:
+                assert webhook["objectSelector"] == object_selector
+            else:
+                assert "objectSelector" not in webhook
+
+            conditions = {c["name"]: c["expression"] for c in webhook["matchConditions"]}
+            mirror = conditions["not-a-mirror-pod"]
+            assert "'kubernetes.io/config.mirror' in object.metadata.annotations" in mirror
+            assert mirror.startswith("object == null ||"), "guard for DELETE, where object is null"
+            assert "!has(object.metadata.annotations)" in mirror
+            skip = conditions["not-skipped"]
+            assert "'podmend.io/skip'" in skip and "'all'" in skip and skip.startswith("object == null ||")
+
+
+def test_no_object_mentions_pods_binding(rendered):
+    _, _, docs, _, _ = rendered
+    for doc in docs:
+        assert "pods/binding" not in json.dumps(strip(doc)), doc["__template"]
+
+
+def test_the_deployment_is_hardened_and_highly_available(rendered):
+    case, values, docs, name, namespace = rendered
+    deployment = one(docs, "Deployment")
+    spec = deployment["spec"]
+    pod = spec["template"]["spec"]
+    container = one_container(deployment)
+    assert spec["replicas"] == values["replicaCount"]
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] == 65532
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert security["seccompProfile"]["type"] == "RuntimeDefault"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+
+    if values["topologySpread"]["enabled"]:
+        (spread,) = pod["topologySpreadConstraints"]
+        assert spread["topologyKey"] == "kubernetes.io/hostname"
+        assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+        assert spread["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    else:
+        assert "topologySpreadConstraints" not in pod
+    if values["priorityClassName"]:
+        assert pod["priorityClassName"] == values["priorityClassName"]
+    else:
+        assert "priorityClassName" not in pod
+
+    pdbs = by_kind(docs, "PodDisruptionBudget")
+    if values["podDisruptionBudget"]["enabled"]:
+        (pdb,) = pdbs
+        assert pdb["spec"]["minAvailable"] == values["podDisruptionBudget"]["minAvailable"]
+        assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    else:
+        assert not pdbs
+
+    # config and TLS mounted where the flags point
+    args = container["args"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    flag = lambda f: next(a.split("=", 1)[1] for a in args if a.startswith(f + "="))  # noqa: E731
+    assert flag("--config") == mounts["config"] + "/config.yaml"
+    assert flag("--tls-cert") == mounts["tls"] + "/tls.crt" and flag("--tls-key") == mounts["tls"] + "/tls.key"
+    config_maps = [d for d in by_kind(docs, "ConfigMap") if "config.yaml" in d["data"]]
+    assert volumes["config"]["configMap"]["name"] == config_maps[0]["metadata"]["name"]
+    assert "subPath" not in json.dumps(container["volumeMounts"]), "subPath mounts never see updates"
+    assert flag("--shutdown-seconds") == str(values["shutdownSeconds"])
+    assert values["shutdownSeconds"] < pod["terminationGracePeriodSeconds"]
+
+    # the ServiceAccount the pods run as is the one RBAC binds
+    account = pod["serviceAccountName"]
+    accounts = [d["metadata"]["name"] for d in by_kind(docs, "ServiceAccount")]
+    assert accounts == ([account] if values["serviceAccount"]["create"] else [])
+    for binding in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
+    roles = by_kind(docs, "ClusterRole")
+    if values["rbac"]["create"]:
+        read = roles[0]["rules"][0]
+        assert read == {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["get", "list", "watch"]}
+    else:
+        assert not roles and not by_kind(docs, "Role")
+
+
+def test_tls_mode_wiring(rendered):
+    case, values, docs, name, namespace = rendered
+    tls = values["tls"]
+    deployment = one(docs, "Deployment")
+    container = one_container(deployment)
+    args = container["args"]
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    secret_name = volumes["tls"]["secret"]["secretName"]
+    mutating = one(docs, "MutatingWebhookConfiguration")
+    validating = one(docs, "ValidatingWebhookConfiguration")
+    configs = (mutating, validating)
+    self_flags = [a for a in args if a.startswith(("--tls-self-manage", "--tls-secret", "--webhook-configurations"))]
+    certificates = by_kind(docs, "Certificate")
+    test_pod = next(d for d in by_kind(docs, "Pod") if d["metadata"]["annotations"].get("helm.sh/hook") == "test")
+    test_volumes = {v["name"]: v for v in test_pod["spec"]["volumes"]}
+
+    if tls["mode"] == "self":
+        assert secret_name.endswith("-tls") and volumes["tls"]["secret"]["optional"] is True
+        assert self_flags == [
+            "--tls-self-manage",
+            f"--tls-secret={secret_name}",
+            f"--webhook-configurations={mutating['metadata']['name']},{validating['metadata']['name']}",
+        ]
+        for config in configs:
+            assert "caBundle" not in config["webhooks"][0]["clientConfig"], "written at run time"
+            assert "cert-manager.io/inject-ca-from" not in config["metadata"].get("annotations", {})
+        assert not certificates and not by_kind(docs, "Issuer")
+        if values["rbac"]["create"]:
+            role = one(docs, "Role")
+            assert role["metadata"]["namespace"] == namespace
+            scoped = [r for r in role["rules"] if "resourceNames" in r]
+            assert scoped == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name], "verbs": ["get", "update", "patch"]}]
+            unscoped = [r for r in role["rules"] if "resourceNames" not in r]
+            assert unscoped == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}], "create cannot be scoped by name"
+            cluster_rules = one(docs, "ClusterRole")["rules"]
+            webhook_rules = [r for r in cluster_rules if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+            assert {(r["resources"][0], tuple(r["resourceNames"]), tuple(r["verbs"])) for r in webhook_rules} == {
+                ("mutatingwebhookconfigurations", (mutating["metadata"]["name"],), ("get", "patch")),
+                ("validatingwebhookconfigurations", (validating["metadata"]["name"],), ("get", "patch")),
+            }
+        assert test_volumes["tls"]["secret"]["secretName"] == secret_name
+    else:
+        assert not self_flags
+        assert not by_kind(docs, "Role")
+        if values["rbac"]["create"]:
+            cluster_rules = one(docs, "ClusterRole")["rules"]
+            assert all(r["apiGroups"] == [""] for r in cluster_rules), "no webhook configuration access without self mode"
+
+    if tls["mode"] == "certManager":
+        serving = next(c for c in certificates if c["spec"]["secretName"] == secret_name)
+        for config in configs:
+            assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{namespace}/{serving['metadata']['name']}"
+            assert "caBundle" not in config["webhooks"][0]["clientConfig"]
+        service = one(docs, "Service")["metadata"]["name"]
+        assert f"{service}.{namespace}.svc" in serving["spec"]["dnsNames"]
+        assert serving["spec"]["duration"] == tls["certManager"]["duration"]
+        assert serving["spec"]["renewBefore"] == tls["certManager"]["renewBefore"]
+        issuer_ref = tls["certManager"]["issuerRef"]
+        if issuer_ref["name"]:
+            assert serving["spec"]["issuerRef"] == issuer_ref
+            assert len(certificates) == 1 and not by_kind(docs, "Issuer")
+        else:
+            issuers = {i["metadata"]["name"]: i["spec"] for i in by_kind(docs, "Issuer")}
+            ca_issuer = issuers[serving["spec"]["issuerRef"]["name"]]
+            ca_cert = next(c for c in certificates if c["spec"].get("isCA"))
+            assert ca_issuer == {"ca": {"secretName": ca_cert["spec"]["secretName"]}}
+            assert issuers[ca_cert["spec"]["issuerRef"]["name"]] == {"selfSigned": {}}
+        assert test_volumes["tls"]["secret"]["secretName"] == secret_name
+    else:
+        assert not certificates
+
+    if tls["mode"] == "secret":
+        assert secret_name == tls["secret"]["name"] and "optional" not in volumes["tls"]["secret"]
+        for config in configs:
+            assert config["webhooks"][0]["clientConfig"]["caBundle"] == tls["secret"]["caBundle"]
+        env = {e["name"]: e.get("value") for e in test_pod["spec"]["containers"][0]["env"]}
+        assert env["CA_BUNDLE"] == tls["secret"]["caBundle"]
+        assert "tls" not in test_volumes
+        assert base64.b64decode(tls["secret"]["caBundle"]).startswith(b"-----BEGIN CERTIFICATE-----")
+
+
+def test_optional_monitoring_objects(rendered):
+    _, values, docs, _, _ = rendered
+    assert bool(by_kind(docs, "ServiceMonitor")) == values["metrics"]["serviceMonitor"]["enabled"]
+    dashboards = [d for d in by_kind(docs, "ConfigMap") if "podmend.json" in d.get("data", {})]
+    assert bool(dashboards) == values["metrics"]["dashboard"]["enabled"]
+    for dashboard in dashboards:
+        assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+        json.loads(dashboard["data"]["podmend.json"])
+
+
+def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
+    _, _, docs, name, namespace = rendered
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    for doc in docs:
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/instance"] == name, doc["__template"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        if doc["kind"] in cluster_scoped:
+            assert "namespace" not in doc["metadata"]
+        else:
+            assert doc["metadata"]["namespace"] == namespace, doc["__template"]
+    names = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert len(names) == len(set(names)), "duplicate objects"
+
+
+# ---------------------------------------------------------------------------------------
+# values the schema or validate.yaml must refuse, with a message naming the problem
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        pytest.param({"replicaCont": 3}, ["additional properties", "replicaCont"], id="typo-top-level"),
+        pytest.param({"webhook": {"failurePolicyy": "Fail"}}, ["/webhook", "failurePolicyy"], id="typo-nested"),
+        pytest.param({"rules": {"nodeAfinity": {"mode": "off"}}}, ["/rules", "nodeAfinity"], id="typo-rule"),
+        pytest.param({"webhook": {"timeoutSeconds": 31}}, ["/webhook/timeoutSeconds", "30"], id="timeout-31"),
+        pytest.param({"webhook": {"timeoutSeconds": 0}}, ["/webhook/timeoutSeconds", "1"], id="timeout-0"),
+        pytest.param({"webhook": {"failurePolicy": "Sometimes"}}, ["/webhook/failurePolicy", "Ignore", "Fail"], id="failure-policy"),
+        pytest.param({"tls": {"mode": "foo"}}, ["/tls/mode", "self", "certManager", "secret"], id="tls-mode"),
+        pytest.param({"tls": {"mode": "secret"}}, ["/tls/secret", "name", "caBundle"], id="tls-secret-without-name-and-ca"),
+        pytest.param({"tls": {"mode": "secret", "secret": {"name": "x"}}}, ["/tls/secret", "caBundle"], id="tls-secret-without-ca"),
+        pytest.param({"tls": {"mode": "secret", "secret": {"name": "x", "caBundle": "not base64!"}}}, ["/tls/secret/caBundle"], id="ca-not-base64"),
+        pytest.param({"replicaCount": 0}, ["/replicaCount", "minimum"], id="replicas-0"),
+        pytest.param({"replicaCount": "2"}, ["/replicaCount", "integer"], id="replicas-string"),
+        pytest.param({"rules": {"nodeAffinity": {"mode": "fix"}}}, ["/rules/nodeAffinity/mode", "enforce"], id="rule-mode"),
+        pytest.param({"rules": {"dindRm": {"policy": "keep"}}}, ["/rules/dindRm/policy", "rm"], id="dind-policy"),
+        pytest.param({"rules": {"virtualNodePhase": {"mode": "deny"}}}, ["/rules/virtualNodePhase/mode"], id="vnp-deny"),
+        pytest.param({"rules": {"agentRequests": {"resources": ["nvidia.com/gpu"]}}}, ["/rules/agentRequests/resources/0"], id="gpu-zeroed"),
+        pytest.param({"rules": {"agentRequests": {"presets": ["gitlab"]}}}, ["/rules/agentRequests/presets/0"], id="unknown-preset"),
+        pytest.param({"rules": {"agentRequests": {"selectors": [{}]}}}, ["/rules/agentRequests/selectors/0"], id="empty-selector"),
+        pytest.param({"webhook": {"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Equals"}]}}},
+                     ["/webhook/namespaceSelector/matchExpressions/0/operator"], id="selector-operator"),
+        pytest.param({"image": {"digest": "latest"}}, ["/image/digest"], id="digest"),
+        pytest.param({"securityContext": {"runAsUsr": 1}}, ["/securityContext", "runAsUsr"], id="security-context-typo"),
+    ],
+)
+def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
+    message = schema_error(values)
+    for part in expected:
+        assert part in message, f"{part!r} not in: {message}"
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        pytest.param({"replicaCount": 1, "webhook": {"failurePolicy": "Fail"}, "podDisruptionBudget": {"enabled": False}},
+                     "failurePolicy Fail with replicaCount 1", id="fail-single-replica-no-pdb"),
+        pytest.param({"shutdownSeconds": 30}, "shutdownSeconds (30) must be below terminationGracePeriodSeconds (30)", id="shutdown-vs-grace"),
+        pytest.param({"tls": {"secret": {"name": "x"}}}, "tls.secret.* is only used with tls.mode secret", id="secret-values-in-self-mode"),
+        pytest.param({"podDisruptionBudget": {"minAvailable": 3}}, "minAvailable (3) is above replicaCount (2)", id="pdb-above-replicas"),
+        pytest.param({"serviceAccount": {"create": False}}, "serviceAccount.create is false", id="rbac-without-account"),
+    ],
+)
+def test_impossible_combinations_fail_the_render(values, expected):
+    chart().validate_schema(values)  # each key is valid on its own
+    with pytest.raises(helm.HelmRenderError) as refusal:
+        render_raw(values)
+    assert expected in str(refusal.value)
+
+
+# ---------------------------------------------------------------------------------------
+# the chart's documentation and schema stay complete
+
+
+def resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def test_the_schema_is_closed_and_described():
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    problems = []
+
+    def walk(node: dict[str, Any], path: str) -> None:
+        if "properties" in node:
+            if node.get("additionalProperties") is not False:
+                problems.append(f"{path}: additionalProperties is not false")
+            for key, child in node["properties"].items():
+                if "description" not in child:
+                    problems.append(f"{path}.{key}: no description")
+                if path == "" and key == "global":
+                    continue  # Helm's own key for parent charts
+                walk(resolve(schema, child), f"{path}.{key}")
+        for key in ("items", "additionalProperties"):
+            if isinstance(node.get(key), dict):
+                walk(resolve(schema, node[key]), f"{path}[{key}]")
+        for key in ("anyOf", "allOf", "oneOf"):
+            for child in node.get(key, []):
+                walk(resolve(schema, child), path)
+
+    walk(schema, "")
+    for name, definition in schema["definitions"].items():
+        walk(definition, f"definitions.{name}")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_value_the_schema_names_has_a_comment_in_values_yaml():
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    lines = (CHART_DIR / "values.yaml").read_text().splitlines()
+    stack: list[tuple[int, str, dict[str, Any] | None]] = []  # (indent, key, schema node of that key)
+    missing = []
+    for number, line in enumerate(lines):
+        match = re.match(r"^(\s*)([A-Za-z0-9_.\-/]+):(\s|$)", line)
+        if not match:
+            continue
+        indent, key = len(match.group(1)), match.group(2)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        parent = resolve(schema, stack[-1][2]) if stack and stack[-1][2] is not None else (schema if not stack else None)
+        node = None
+        if parent is not None and "properties" in parent:
+            node = parent["properties"].get(key)
+            assert node is not None, f"values.yaml line {number + 1}: {key} is not in values.schema.json"
+            previous = lines[number - 1].strip() if number else ""
+            if not previous.startswith("#") and "#" not in line:
+                missing.append(f"line {number + 1}: {'.'.join([k for _, k, _ in stack] + [key])}")
+        stack.append((indent, key, node))
+    assert not missing, "values without a comment:\n" + "\n".join(missing)
+
+
+def test_the_dashboard_uses_the_metrics_podmend_exports():
+    readme_metrics = set(re.findall(r"`(podmend_[a-z_]+)`", (REPO / "README.md").read_text()))
+    dashboard = json.loads((CHART_DIR / "dashboards" / "podmend.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"podmend_[a-z_]+", e)}
+    assert used <= readme_metrics, f"metrics not in README.md: {used - readme_metrics}"
+    for needed in (
+        "podmend_admission_requests_total",
+        "podmend_admission_duration_seconds",
+        "podmend_rule_actions_total",
+        "podmend_tls_certificate_expiry_timestamp_seconds",
+    ):
+        assert needed in used, needed
