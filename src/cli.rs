@@ -1,12 +1,16 @@
-//! The command line: `podmend serve | certs | config`.
+//! The command line: `podmend serve | audit | guard | certs | config`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::audit::FailOn;
 use crate::audit::report::Format;
+use crate::guard::Policy;
+use crate::guard::reap::parse_duration;
+use crate::guard::upstream::Address;
 use crate::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -35,6 +39,8 @@ pub enum Command {
     Serve(ServeArgs),
     /// Show what podmend would repair, in manifests or a live cluster (a dry run).
     Audit(AuditArgs),
+    /// Run the Docker API guard of a Docker-in-Docker pod (`guard reap`: remove orphans).
+    Guard(GuardArgs),
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
     Certs(CertsArgs),
     /// Print the default configuration with comments, or check a configuration file.
@@ -134,4 +140,81 @@ pub struct AuditArgs {
     /// Apply the PolicyReports to the cluster (server-side apply) instead of printing them.
     #[arg(long, requires = "policy_report")]
     pub apply: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct GuardArgs {
+    #[command(subcommand)]
+    pub command: Option<GuardCommand>,
+    #[command(flatten)]
+    pub run: GuardRunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GuardCommand {
+    /// Remove podmend-labelled containers whose owner pod no longer exists (or, with
+    /// --older-than, stopped ones that stopped that long ago); one line per container.
+    Reap(GuardReapArgs),
+}
+
+/// `podmend guard`: the proxy itself.
+#[derive(Debug, Args)]
+pub struct GuardRunArgs {
+    /// Where the guard listens for Docker clients: unix:///PATH or tcp://HOST:PORT.
+    #[arg(
+        long,
+        default_value = "unix:///run/podmend/docker.sock",
+        env = "PODMEND_GUARD_LISTEN"
+    )]
+    pub listen: Address,
+    #[command(flatten)]
+    pub upstream: UpstreamArgs,
+    /// What happens to containers created without --rm: rm sets it, deny refuses them, reap
+    /// removes them when the pod ends, audit only counts them.
+    #[arg(long, value_enum, default_value = "rm", env = "PODMEND_GUARD_POLICY")]
+    pub policy: Policy,
+    /// UID of the pod the guard runs in (downward API metadata.uid); every container created
+    /// through the guard is labelled podmend.io/owner-pod=<uid>.
+    #[arg(long, required = true, env = "PODMEND_OWNER_POD_UID")]
+    pub owner_pod_uid: Option<String>,
+    /// Address of a plain-HTTP port serving GET /metrics; none by default.
+    #[arg(long, env = "PODMEND_GUARD_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Seconds the removal of the pod's containers may take after SIGTERM.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub shutdown_seconds: u64,
+}
+
+/// The Docker daemon the guard talks to.
+#[derive(Debug, Args)]
+pub struct UpstreamArgs {
+    /// The Docker daemon: unix:///PATH or tcp://HOST:PORT (what DOCKER_HOST was).
+    #[arg(long, required = true, env = "PODMEND_GUARD_UPSTREAM")]
+    pub upstream: Option<Address>,
+    /// Speak TLS to the daemon: verify it against ca.pem and present cert.pem and key.pem
+    /// from --cert-path.
+    #[arg(long)]
+    pub tls_verify: bool,
+    /// Directory holding ca.pem, cert.pem and key.pem, as DOCKER_CERT_PATH (default with
+    /// --tls-verify: ~/.docker, as the docker CLI).
+    #[arg(long, env = "DOCKER_CERT_PATH")]
+    pub cert_path: Option<PathBuf>,
+}
+
+/// `podmend guard reap`.
+#[derive(Debug, Args)]
+pub struct GuardReapArgs {
+    #[command(flatten)]
+    pub upstream: UpstreamArgs,
+    /// Kubeconfig for listing pods; default: $KUBECONFIG, ~/.kube/config, or in-cluster.
+    #[arg(long, conflicts_with = "older_than")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Without a cluster: remove stopped podmend containers that stopped (or were created,
+    /// if never started) at least this long ago: 30m, 2h, 1h30m, 7d.
+    #[arg(long, value_parser = parse_duration)]
+    pub older_than: Option<Duration>,
+    /// Print what would be removed and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
 }

@@ -12,6 +12,7 @@
 //! - [`quantity`]: Kubernetes resource quantities, parsed exactly.
 //! - [`cluster`]: what rules may ask of the cluster (node taints, LimitRanges), and the
 //!   watched caches that answer it.
+//! - [`guard`]: `podmend guard`, the Docker API proxy of DinD pods, and `guard reap`.
 //! - [`server`]: `podmend serve`: the HTTPS webhook, the metrics port, TLS reloading.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`certs`]: `podmend certs`, a development PKI.
@@ -25,6 +26,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod engine;
+pub mod guard;
 pub mod metrics;
 pub mod quantity;
 pub mod rules;

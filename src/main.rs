@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use podmend::cli::{Cli, Command};
+use podmend::cli::{Cli, Command, GuardCommand};
 use podmend::config::{Config, DEFAULT_CONFIG_YAML};
+use podmend::guard::{self, GuardOptions};
 use podmend::server::{self, ServeOptions};
 use podmend::{audit, certs, telemetry};
 
@@ -54,6 +55,27 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             let mut stdout = std::io::stdout().lock();
             let status = runtime.block_on(audit::run(&args, &mut stdout, terminal))?;
             Ok(ExitCode::from(status))
+        }
+        Command::Guard(args) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            match args.command {
+                Some(GuardCommand::Reap(reap)) => {
+                    let mut stdout = std::io::stdout().lock();
+                    let report = runtime.block_on(guard::reap_command(&reap, &mut stdout))?;
+                    Ok(if report.failed > 0 {
+                        ExitCode::FAILURE
+                    } else {
+                        ExitCode::SUCCESS
+                    })
+                }
+                None => {
+                    let options = GuardOptions::from_args(&args.run)?;
+                    runtime.block_on(guard::run(options, shutdown_signal()))?;
+                    Ok(ExitCode::SUCCESS)
+                }
+            }
         }
         Command::Certs(args) => {
             let pki = certs::generate(&args.dns, args.days)?;

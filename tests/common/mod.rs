@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod api_stub;
+pub mod dockerd;
 pub mod k8s_rules;
 pub mod schema;
 pub mod server;

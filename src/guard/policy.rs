@@ -1,0 +1,669 @@
+//! The guard's decision, as pure functions: which requests are container creates (on the
+//! *normalised* path, so spelling tricks do not bypass it) and what happens to a create body
+//! under each policy. No I/O: the proxy asks, this module answers.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+/// Every container created through the guard carries `podmend.io/owner-pod=<pod uid>`.
+pub const OWNER_LABEL: &str = "podmend.io/owner-pod";
+/// Containers the guard could not make `--rm` are labelled `podmend.io/reap=true`.
+pub const REAP_LABEL: &str = "podmend.io/reap";
+/// `docker compose` labels its containers with their project.
+pub const COMPOSE_PROJECT_LABEL: &str = "com.docker.compose.project";
+/// The largest create body read (they are a few KiB of JSON).
+pub const MAX_CREATE_BODY: usize = 1 << 20;
+
+/// What `deny` answers, and the docker CLI prints.
+pub const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on this CI runner (docker run --rm ...); ask the cluster admin to set the pod annotation podmend.io/dind-policy to reap or audit to allow it";
+
+/// What the guard does with containers created without `--rm`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Policy {
+    /// Set `HostConfig.AutoRemove` (`--rm`); containers with a restart policy or from
+    /// `docker compose` are labelled and reaped at shutdown instead.
+    #[default]
+    Rm,
+    /// Refuse the create with 403 and a message the docker CLI prints.
+    Deny,
+    /// Label the container; it is removed when the guard shuts down.
+    Reap,
+    /// Pass it on unchanged (but for the owner label) and count it.
+    Audit,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::Rm => "rm",
+            Policy::Deny => "deny",
+            Policy::Reap => "reap",
+            Policy::Audit => "audit",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What became of one container create; the `decision` label of the creates metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Decision {
+    /// The container is removed when it exits (`--rm` given, or set by the guard).
+    Rm,
+    /// Refused.
+    Deny,
+    /// Labelled for reaping (policy `reap`).
+    Reap,
+    /// Passed on without `--rm` (policy `audit`).
+    Audit,
+    /// Has a restart policy, so cannot be `--rm`: labelled for reaping.
+    RestartPolicy,
+    /// A `docker compose` container: labelled for reaping.
+    Compose,
+}
+
+impl Decision {
+    pub const ALL: [Decision; 6] = [
+        Decision::Rm,
+        Decision::Deny,
+        Decision::Reap,
+        Decision::Audit,
+        Decision::RestartPolicy,
+        Decision::Compose,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Rm => "rm",
+            Decision::Deny => "deny",
+            Decision::Reap => "reap",
+            Decision::Audit => "audit",
+            Decision::RestartPolicy => "restart-policy",
+            Decision::Compose => "compose",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Not a container create: relay it untouched.
+    PassThrough,
+    /// A container create, decided.
+    Create(CreateVerdict),
+    /// A container create whose body cannot be judged: answer 400 with this message.
+    Invalid(String),
+}
+
+/// The verdict on one container create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreateVerdict {
+    pub decision: Decision,
+    /// The body to send to the daemon; `None` when refused.
+    pub body: Option<Vec<u8>>,
+    /// Whether the guard set `AutoRemove` itself.
+    pub set_auto_remove: bool,
+    /// `?name=` of the request, if given.
+    pub name: Option<String>,
+    /// `Image` of the body, if given.
+    pub image: Option<String>,
+}
+
+impl CreateVerdict {
+    pub fn refused(&self) -> bool {
+        self.body.is_none()
+    }
+}
+
+/// Whether `method target` creates a container. Decided on [`normalise_path`], with the
+/// method compared case-insensitively: anything the daemon might route to
+/// `POST /containers/create` counts.
+pub fn is_container_create(method: &str, target: &str) -> bool {
+    method.eq_ignore_ascii_case("POST") && normalise_path(target) == "/containers/create"
+}
+
+/// The request path as the guard judges it: scheme and authority of an absolute-form target
+/// dropped, query dropped, percent-decoded (until stable), lower case, `.`/`..` resolved,
+/// duplicate and trailing slashes removed, and any `/vX.Y` API version prefix stripped.
+pub fn normalise_path(target: &str) -> String {
+    let mut path = strip_authority(target);
+    if let Some(cut) = path.find(['?', '#']) {
+        path = &path[..cut];
+    }
+    let mut decoded = path.to_string();
+    for _ in 0..4 {
+        let next = percent_decode(&decoded);
+        if next == decoded {
+            break;
+        }
+        decoded = next;
+    }
+    let lower = decoded.to_lowercase();
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in lower.split(['/', '\\']) {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            other => segments.push(other),
+        }
+    }
+    let start = segments
+        .iter()
+        .position(|s| !is_version_segment(s))
+        .unwrap_or(segments.len());
+    format!("/{}", segments[start..].join("/"))
+}
+
+/// `v1.41`, `v1`, `v1.` ...: Docker's router accepts `/v{version:[0-9.]+}`.
+fn is_version_segment(segment: &str) -> bool {
+    segment.strip_prefix('v').is_some_and(|rest| {
+        !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+    })
+}
+
+/// `http://docker/containers/create` → `/containers/create` (Go's server takes absolute-form).
+fn strip_authority(target: &str) -> &str {
+    let Some(colon) = target.find("://") else {
+        return target;
+    };
+    let scheme = &target[..colon];
+    let is_scheme = !scheme.is_empty()
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !is_scheme {
+        return target;
+    }
+    let rest = &target[colon + 3..];
+    match rest.find(['/', '?']) {
+        Some(slash) => &rest[slash..],
+        None => "/",
+    }
+}
+
+/// Decodes `%XX` escapes; malformed escapes stay as they are.
+pub fn percent_decode(input: &str) -> String {
+    let bytes = input.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2]))
+        {
+            out.push(high << 4 | low);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// The `name` query parameter, decoded.
+fn query_name(target: &str) -> Option<String> {
+    let query = target.split_once('?')?.1;
+    query.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (key == "name" && !value.is_empty()).then(|| percent_decode(&value.replace('+', " ")))
+    })
+}
+
+/// Decides one request: relays anything but a container create; judges a create's body under
+/// `policy`, adds the owner label `owner_pod_uid`, and returns the body to send.
+pub fn decide(
+    policy: Policy,
+    owner_pod_uid: &str,
+    method: &str,
+    target: &str,
+    body: &[u8],
+) -> Outcome {
+    if !is_container_create(method, target) {
+        return Outcome::PassThrough;
+    }
+    match decide_create(policy, owner_pod_uid, body) {
+        Ok(mut verdict) => {
+            verdict.name = query_name(target);
+            Outcome::Create(verdict)
+        }
+        Err(message) => Outcome::Invalid(format!(
+            "podmend guard: cannot judge the container create request: {message}"
+        )),
+    }
+}
+
+fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<CreateVerdict, String> {
+    let mut config: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let Some(config) = config.as_object_mut() else {
+        return Err("the body is not a JSON object".to_string());
+    };
+    // Docker decodes with Go's encoding/json, which matches field names case-insensitively:
+    // judge and send one canonical spelling, and refuse two spellings of one field.
+    canonicalise(config, "Labels")?;
+    canonicalise(config, "HostConfig")?;
+    let image = config
+        .iter()
+        .find(|(k, _)| go_fold_eq(k, "Image"))
+        .and_then(|(_, v)| v.as_str())
+        .map(str::to_string);
+
+    let auto_remove;
+    let restart_policy;
+    match config.get_mut("HostConfig") {
+        None | Some(Value::Null) => {
+            auto_remove = false;
+            restart_policy = None;
+        }
+        Some(Value::Object(host)) => {
+            canonicalise(host, "AutoRemove")?;
+            canonicalise(host, "RestartPolicy")?;
+            auto_remove = host.get("AutoRemove") == Some(&Value::Bool(true));
+            restart_policy = match host.get_mut("RestartPolicy") {
+                Some(Value::Object(restart)) => {
+                    canonicalise(restart, "Name")?;
+                    restart
+                        .get("Name")
+                        .and_then(Value::as_str)
+                        .filter(|name| !name.is_empty() && *name != "no")
+                        .map(str::to_string)
+                }
+                _ => None,
+            };
+        }
+        Some(_) => return Err("HostConfig is not a JSON object".to_string()),
+    }
+    let labels = match config.get("Labels") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(labels)) => labels.clone(),
+        Some(_) => return Err("Labels is not a JSON object".to_string()),
+    };
+    let compose = labels.contains_key(COMPOSE_PROJECT_LABEL);
+    let exception = if restart_policy.is_some() {
+        Some(Decision::RestartPolicy)
+    } else if compose {
+        Some(Decision::Compose)
+    } else {
+        None
+    };
+
+    let (decision, set_auto_remove, reap) = match (policy, auto_remove, exception) {
+        (_, true, _) => (Decision::Rm, false, false),
+        (Policy::Audit, false, _) => (Decision::Audit, false, false),
+        (Policy::Reap, false, _) => (Decision::Reap, false, true),
+        (Policy::Rm | Policy::Deny, false, Some(exception)) => (exception, false, true),
+        (Policy::Rm, false, None) => (Decision::Rm, true, false),
+        (Policy::Deny, false, None) => {
+            return Ok(CreateVerdict {
+                decision: Decision::Deny,
+                body: None,
+                set_auto_remove: false,
+                name: None,
+                image,
+            });
+        }
+    };
+
+    if set_auto_remove {
+        let host = config
+            .entry("HostConfig")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if host.is_null() {
+            *host = Value::Object(Map::new());
+        }
+        if let Some(host) = host.as_object_mut() {
+            host.insert("AutoRemove".to_string(), Value::Bool(true));
+        }
+    }
+    let mut labels = labels;
+    labels.insert(OWNER_LABEL.to_string(), Value::String(owner.to_string()));
+    if reap {
+        labels.insert(REAP_LABEL.to_string(), Value::String("true".to_string()));
+    }
+    config.insert("Labels".to_string(), Value::Object(labels));
+
+    let body = serde_json::to_vec(config).map_err(|e| format!("cannot encode the body: {e}"))?;
+    Ok(CreateVerdict {
+        decision,
+        body: Some(body),
+        set_auto_remove,
+        name: None,
+        image,
+    })
+}
+
+/// Go's encoding/json field-name match: ASCII case-insensitive, plus the two non-ASCII
+/// letters that fold to ASCII ones (KELVIN SIGN to `k`, LATIN SMALL LETTER LONG S to `s`).
+fn go_fold_eq(key: &str, field: &str) -> bool {
+    let folded = key.chars().map(|c| match c {
+        '\u{212A}' => 'k',
+        '\u{017F}' => 's',
+        c => c.to_ascii_lowercase(),
+    });
+    folded.eq(field.chars().map(|c| c.to_ascii_lowercase()))
+}
+
+/// Renames the one key of `object` that Go would decode into `field` to its canonical
+/// spelling; two such keys are refused (Go would merge them in an order we cannot vouch for).
+fn canonicalise(object: &mut Map<String, Value>, field: &str) -> Result<(), String> {
+    let keys: Vec<String> = object
+        .keys()
+        .filter(|k| go_fold_eq(k, field))
+        .cloned()
+        .collect();
+    match keys.as_slice() {
+        [] => Ok(()),
+        [key] if key == field => Ok(()),
+        [key] => {
+            if let Some(value) = object.shift_remove(key) {
+                object.insert(field.to_string(), value);
+            }
+            Ok(())
+        }
+        _ => Err(format!(
+            "the field {field} is given more than once ({})",
+            keys.join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const UID: &str = "0f7a1c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
+
+    fn create(policy: Policy, body: Value) -> CreateVerdict {
+        match decide(
+            policy,
+            UID,
+            "POST",
+            "/v1.41/containers/create?name=ci-job",
+            body.to_string().as_bytes(),
+        ) {
+            Outcome::Create(verdict) => verdict,
+            other => panic!("not a create verdict: {other:?}"),
+        }
+    }
+
+    fn sent(verdict: &CreateVerdict) -> Value {
+        serde_json::from_slice(verdict.body.as_ref().expect("forwarded")).unwrap()
+    }
+
+    #[test]
+    fn create_paths_are_recognised_however_they_are_spelled() {
+        let creates = [
+            "/containers/create",
+            "/v1.41/containers/create",
+            "/V1.41/Containers/Create",
+            "//containers//create/",
+            "/containers%2Fcreate",
+            "/containers%2fcreate",
+            "/containers%252Fcreate",
+            "/v1.41/containers/create?name=x",
+            "/v1.41/containers/create/?name=x&platform=linux",
+            "/v1/containers/create",
+            "/v1.41//containers/./create",
+            "/containers/x/../create",
+            "/%63ontainers/create",
+            "http://docker/v1.41/containers/create",
+            "HTTP://api.moby.localhost/containers/create?name=y",
+            "/v1.41/v1.40/containers/create",
+        ];
+        for target in creates {
+            assert!(is_container_create("POST", target), "{target}");
+            assert!(is_container_create("post", target), "{target}");
+        }
+        let others = [
+            ("GET", "/containers/create"),
+            ("POST", "/containers/json"),
+            ("POST", "/containers/abc/start"),
+            ("POST", "/containers/create-x"),
+            ("POST", "/containers/createx"),
+            ("POST", "/x/containers/create"),
+            ("POST", "/version/containers/create"),
+            ("POST", "/containers"),
+            ("POST", "/containers/create%3Fname=x/more"),
+            ("HEAD", "/_ping"),
+        ];
+        for (method, target) in others {
+            assert!(!is_container_create(method, target), "{method} {target}");
+        }
+    }
+
+    #[test]
+    fn normalised_paths_drop_versions_queries_and_case() {
+        assert_eq!(
+            normalise_path("/V1.41/Containers/ABC/Json?all=1"),
+            "/containers/abc/json"
+        );
+        assert_eq!(normalise_path("/"), "/");
+        assert_eq!(normalise_path("/v1.41"), "/");
+        assert_eq!(normalise_path("/_ping"), "/_ping");
+        assert_eq!(normalise_path("/a%zz/b"), "/a%zz/b");
+    }
+
+    #[test]
+    fn the_decision_table_covers_every_policy_and_exception() {
+        let plain = json!({"Image": "busybox", "HostConfig": {}});
+        let with_rm = json!({"Image": "busybox", "HostConfig": {"AutoRemove": true}});
+        let restart =
+            json!({"Image": "busybox", "HostConfig": {"RestartPolicy": {"Name": "always"}}});
+        let restart_no =
+            json!({"Image": "busybox", "HostConfig": {"RestartPolicy": {"Name": "no"}}});
+        let compose = json!({"Image": "busybox", "Labels": {"com.docker.compose.project": "ci"}});
+        // (policy, body, decision, AutoRemove sent, reap label)
+        let table = [
+            (Policy::Rm, &plain, Decision::Rm, true, false),
+            (Policy::Rm, &with_rm, Decision::Rm, true, false),
+            (Policy::Rm, &restart, Decision::RestartPolicy, false, true),
+            (Policy::Rm, &restart_no, Decision::Rm, true, false),
+            (Policy::Rm, &compose, Decision::Compose, false, true),
+            (Policy::Deny, &with_rm, Decision::Rm, true, false),
+            (Policy::Deny, &restart, Decision::RestartPolicy, false, true),
+            (Policy::Deny, &compose, Decision::Compose, false, true),
+            (Policy::Reap, &plain, Decision::Reap, false, true),
+            (Policy::Reap, &restart, Decision::Reap, false, true),
+            (Policy::Reap, &with_rm, Decision::Rm, true, false),
+            (Policy::Audit, &plain, Decision::Audit, false, false),
+            (Policy::Audit, &restart, Decision::Audit, false, false),
+            (Policy::Audit, &with_rm, Decision::Rm, true, false),
+        ];
+        for (policy, body, decision, auto_remove, reap) in table {
+            let verdict = create(policy, body.clone());
+            assert_eq!(verdict.decision, decision, "{policy} {body}");
+            let sent = sent(&verdict);
+            assert_eq!(
+                sent.pointer("/HostConfig/AutoRemove") == Some(&json!(true)),
+                auto_remove,
+                "{policy} {body} -> {sent}"
+            );
+            assert_eq!(sent["Labels"][OWNER_LABEL], json!(UID), "{sent}");
+            assert_eq!(
+                sent["Labels"].get(REAP_LABEL).is_some(),
+                reap,
+                "{policy} {body} -> {sent}"
+            );
+            assert_eq!(verdict.name.as_deref(), Some("ci-job"));
+            assert_eq!(verdict.image.as_deref(), Some("busybox"));
+        }
+    }
+
+    #[test]
+    fn deny_refuses_a_create_without_rm() {
+        for body in [
+            json!({"Image": "busybox"}),
+            json!({"Image": "busybox", "HostConfig": null}),
+            json!({"Image": "busybox", "HostConfig": {"AutoRemove": false}}),
+        ] {
+            let verdict = create(Policy::Deny, body);
+            assert_eq!(verdict.decision, Decision::Deny);
+            assert!(verdict.refused());
+        }
+    }
+
+    #[test]
+    fn rm_creates_host_config_and_labels_when_absent_or_null() {
+        for body in [
+            json!({"Image": "busybox"}),
+            json!({"Image": "busybox", "HostConfig": null, "Labels": null}),
+        ] {
+            let sent = sent(&create(Policy::Rm, body));
+            assert_eq!(sent["HostConfig"], json!({"AutoRemove": true}));
+            assert_eq!(sent["Labels"], json!({OWNER_LABEL: UID}));
+        }
+    }
+
+    #[test]
+    fn unknown_fields_and_order_survive_the_rewrite() {
+        let body = r#"{"Hostname":"","Image":"busybox","Cmd":["true"],"HostConfig":{"Binds":null,"NetworkMode":"none","AutoRemove":false,"Future":{"x":1}},"Labels":{"a":"b"},"Zeta":1}"#;
+        let Outcome::Create(verdict) = decide(
+            Policy::Rm,
+            UID,
+            "POST",
+            "/containers/create",
+            body.as_bytes(),
+        ) else {
+            panic!("not a create");
+        };
+        let sent = String::from_utf8(verdict.body.unwrap()).unwrap();
+        assert_eq!(
+            sent,
+            format!(
+                r#"{{"Hostname":"","Image":"busybox","Cmd":["true"],"HostConfig":{{"Binds":null,"NetworkMode":"none","AutoRemove":true,"Future":{{"x":1}}}},"Labels":{{"a":"b","{OWNER_LABEL}":"{UID}"}},"Zeta":1}}"#
+            )
+        );
+    }
+
+    #[test]
+    fn a_forged_owner_label_is_overwritten() {
+        let sent = sent(&create(
+            Policy::Audit,
+            json!({"Image": "busybox", "Labels": {OWNER_LABEL: "someone-else"}}),
+        ));
+        assert_eq!(sent["Labels"][OWNER_LABEL], json!(UID));
+    }
+
+    #[test]
+    fn go_style_field_spellings_are_judged_as_docker_reads_them() {
+        // Go matches field names case-insensitively: one spelling is renamed and judged.
+        let verdict = create(
+            Policy::Deny,
+            json!({"Image": "busybox", "hostconfig": {"autoremove": true}}),
+        );
+        assert_eq!(verdict.decision, Decision::Rm);
+        assert_eq!(sent(&verdict)["HostConfig"], json!({"AutoRemove": true}));
+
+        let verdict = create(
+            Policy::Rm,
+            json!({"Image": "busybox", "hostConfig": {"restartpolicy": {"name": "always"}}}),
+        );
+        assert_eq!(verdict.decision, Decision::RestartPolicy);
+
+        let verdict = create(
+            Policy::Rm,
+            json!({"Image": "busybox", "Label\u{017F}": {"com.docker.compose.project": "p"}}),
+        );
+        assert_eq!(verdict.decision, Decision::Compose, "LONG S folds to s");
+
+        let verdict = create(
+            Policy::Audit,
+            json!({"Image": "busybox", "labels": {"a": "b"}}),
+        );
+        let sent = sent(&verdict);
+        assert_eq!(sent["Labels"], json!({"a": "b", OWNER_LABEL: UID}));
+        assert!(sent.get("labels").is_none());
+    }
+
+    #[test]
+    fn two_spellings_of_one_field_are_refused_as_invalid() {
+        let bodies = [
+            r#"{"Image":"busybox","HostConfig":{"AutoRemove":true},"hostconfig":{"AutoRemove":false}}"#,
+            r#"{"Image":"busybox","HostConfig":{"AutoRemove":true,"autoRemove":false}}"#,
+            r#"{"Image":"busybox","Labels":{},"LABELS":{}}"#,
+        ];
+        for body in bodies {
+            let outcome = decide(
+                Policy::Deny,
+                UID,
+                "POST",
+                "/containers/create",
+                body.as_bytes(),
+            );
+            assert!(
+                matches!(&outcome, Outcome::Invalid(m) if m.contains("more than once")),
+                "{body}: {outcome:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn bodies_that_cannot_be_judged_are_invalid() {
+        for body in [
+            &b""[..],
+            b"not json",
+            b"[]",
+            br#"{"Image":"busybox"} trailing"#,
+            br#"{"HostConfig":[]}"#,
+            br#"{"Labels":"x"}"#,
+        ] {
+            let outcome = decide(Policy::Rm, UID, "POST", "/containers/create", body);
+            assert!(
+                matches!(outcome, Outcome::Invalid(_)),
+                "{body:?}: {outcome:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn other_requests_pass_through_whatever_their_body() {
+        assert_eq!(
+            decide(
+                Policy::Deny,
+                UID,
+                "POST",
+                "/v1.41/containers/abc/start",
+                b"garbage"
+            ),
+            Outcome::PassThrough
+        );
+        assert_eq!(
+            decide(Policy::Deny, UID, "GET", "/v1.41/containers/create", b""),
+            Outcome::PassThrough
+        );
+    }
+
+    #[test]
+    fn the_query_name_is_decoded() {
+        assert_eq!(
+            query_name("/containers/create?name=a%2Db&x=1").as_deref(),
+            Some("a-b")
+        );
+        assert_eq!(query_name("/containers/create?x=1").as_deref(), None);
+    }
+}

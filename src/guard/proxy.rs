@@ -1,0 +1,527 @@
+//! One client connection of the guard: every request on it relayed in turn over one daemon
+//! connection (bodies streamed both ways, no body timeout), container creates judged by
+//! [`policy`](super::policy), and upgraded (`101`) or hijacked (`200` then raw) connections
+//! relayed byte for byte with half-close. Never panics on input; errors end the connection.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadHalf, WriteHalf};
+use tokio::sync::Notify;
+
+use super::http::{
+    BodyLength, CopyError, FramingError, HeadReadError, ReadBodyError, Reader, RequestHead,
+    ResponseHead,
+};
+use super::metrics::GuardMetrics;
+use super::policy::{self, DENY_MESSAGE, MAX_CREATE_BODY, Outcome, Policy};
+use super::upstream::{BoxStream, Upstream};
+
+/// How long a closing connection keeps reading what the client still sends, so the client
+/// sees the last answer instead of a reset.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// Why a client connection ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("reading from the client: {0}")]
+    ClientRead(#[source] io::Error),
+    #[error("writing to the client: {0}")]
+    ClientWrite(#[source] io::Error),
+    #[error("malformed request: {0}")]
+    Request(#[source] FramingError),
+    #[error("the client went away in the middle of an exchange")]
+    ClientGone,
+    #[error("cannot reach the Docker daemon at {address}: {source}")]
+    Connect {
+        address: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("the connection to the Docker daemon failed: {0}")]
+    Daemon(#[source] io::Error),
+    #[error("malformed response from the Docker daemon: {0}")]
+    Response(#[source] FramingError),
+    #[error("the Docker daemon closed the connection without answering")]
+    NoResponse,
+}
+
+/// What every connection shares: where the daemon is and how creates are judged.
+#[derive(Debug)]
+pub struct Shared {
+    pub upstream: Upstream,
+    pub policy: Policy,
+    pub owner_pod_uid: String,
+    pub metrics: Arc<GuardMetrics>,
+    /// Set when the guard shuts down: creates are refused from then on, so nothing is
+    /// created behind the final clean-up.
+    pub shutting_down: AtomicBool,
+}
+
+type ClientIn = Reader<ReadHalf<BoxStream>>;
+type ClientOut = WriteHalf<BoxStream>;
+
+struct Daemon {
+    input: Reader<ReadHalf<BoxStream>>,
+    output: WriteHalf<BoxStream>,
+}
+
+/// How one exchange ended.
+enum Next {
+    /// Read the next request.
+    KeepAlive,
+    /// Close the connection.
+    Close,
+    /// The connection was upgraded or hijacked: relay raw bytes both ways.
+    Raw,
+}
+
+/// Serves one client connection to its end.
+pub async fn serve_connection(client: BoxStream, shared: Arc<Shared>) {
+    let (read, write) = tokio::io::split(client);
+    let mut client_in = Reader::new(read);
+    let mut client_out = write;
+    let mut daemon = None;
+    let result = run(&mut client_in, &mut client_out, &mut daemon, &shared).await;
+    match result {
+        Ok(Next::Raw) => {
+            if let Some(daemon) = daemon.take()
+                && let Err(error) = relay_raw(client_in, client_out, daemon).await
+            {
+                tracing::debug!(%error, "raw stream ended with an error");
+            }
+            return;
+        }
+        Ok(_) => {}
+        Err(error) => tracing::debug!(%error, "client connection ended"),
+    }
+    drop(daemon);
+    linger_close(&mut client_in, &mut client_out).await;
+}
+
+/// Requests one after another until the connection ends or turns raw.
+async fn run(
+    client_in: &mut ClientIn,
+    client_out: &mut ClientOut,
+    daemon: &mut Option<Daemon>,
+    shared: &Shared,
+) -> Result<Next, ProxyError> {
+    loop {
+        let Some(head) = next_head(client_in, daemon).await? else {
+            return Ok(Next::Close);
+        };
+        let (mut request, body_length) =
+            match RequestHead::parse(&head).and_then(|r| r.body_length().map(|l| (r, l))) {
+                Ok(parsed) => parsed,
+                Err(error) => {
+                    let message = format!("podmend guard: malformed HTTP request: {error}");
+                    reply(client_out, 400, &message, true).await?;
+                    return Err(ProxyError::Request(error));
+                }
+            };
+        let close_after = request.wants_close();
+
+        let mut create_body = None;
+        let mut streamed_body = body_length;
+        if policy::is_container_create(&request.method, &request.target) {
+            if shared.shutting_down.load(Ordering::Acquire) {
+                let message = "podmend guard: the pod is shutting down; no new containers";
+                reply(client_out, 503, message, true).await?;
+                return Ok(Next::Close);
+            }
+            if request.headers.has_token("expect", "100-continue") {
+                request.headers.remove("expect");
+                client_out
+                    .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    .await
+                    .map_err(ProxyError::ClientWrite)?;
+            }
+            let body = match client_in.read_body(body_length, MAX_CREATE_BODY).await {
+                Ok(body) => body,
+                Err(ReadBodyError::TooLarge) => {
+                    let message = format!(
+                        "podmend guard: the container create body is larger than {} MiB",
+                        MAX_CREATE_BODY >> 20
+                    );
+                    reply(client_out, 413, &message, true).await?;
+                    return Ok(Next::Close);
+                }
+                Err(ReadBodyError::Framing(error)) => {
+                    let message = format!("podmend guard: malformed HTTP request: {error}");
+                    reply(client_out, 400, &message, true).await?;
+                    return Err(ProxyError::Request(error));
+                }
+                Err(ReadBodyError::Io(error)) => return Err(ProxyError::ClientRead(error)),
+                Err(ReadBodyError::Truncated) => return Err(ProxyError::ClientGone),
+            };
+            match policy::decide(
+                shared.policy,
+                &shared.owner_pod_uid,
+                &request.method,
+                &request.target,
+                &body,
+            ) {
+                Outcome::PassThrough => create_body = Some(body),
+                Outcome::Invalid(message) => {
+                    tracing::info!(path = %request.target, %message, "container create refused");
+                    reply(client_out, 400, &message, close_after).await?;
+                    if close_after {
+                        return Ok(Next::Close);
+                    }
+                    continue;
+                }
+                Outcome::Create(verdict) => {
+                    shared.metrics.create(verdict.decision);
+                    tracing::info!(
+                        path = %request.target,
+                        decision = %verdict.decision,
+                        policy = %shared.policy,
+                        name = verdict.name.as_deref().unwrap_or(""),
+                        image = verdict.image.as_deref().unwrap_or(""),
+                        set_auto_remove = verdict.set_auto_remove,
+                        "container create"
+                    );
+                    match verdict.body {
+                        None => {
+                            reply(client_out, 403, DENY_MESSAGE, close_after).await?;
+                            if close_after {
+                                return Ok(Next::Close);
+                            }
+                            continue;
+                        }
+                        Some(body) => {
+                            request.set_content_length(body.len());
+                            create_body = Some(body);
+                        }
+                    }
+                }
+            }
+            streamed_body = BodyLength::Empty;
+        }
+
+        // The daemon connection: kept across requests, opened on first use.
+        if daemon.is_none() {
+            match shared.upstream.connect().await {
+                Ok(stream) => {
+                    let (read, write) = tokio::io::split(stream);
+                    *daemon = Some(Daemon {
+                        input: Reader::new(read),
+                        output: write,
+                    });
+                }
+                Err(source) => {
+                    shared.metrics.upstream_error();
+                    let error = ProxyError::Connect {
+                        address: shared.upstream.address().to_string(),
+                        source,
+                    };
+                    tracing::warn!(%error, "cannot forward a request");
+                    reply(client_out, 502, &format!("podmend guard: {error}"), true).await?;
+                    return Err(error);
+                }
+            }
+        }
+        let Some(connection) = daemon.as_mut() else {
+            return Ok(Next::Close);
+        };
+        let mut bytes = request.encode();
+        if let Some(body) = create_body {
+            bytes.extend_from_slice(&body);
+        }
+        let sent = async {
+            connection.output.write_all(&bytes).await?;
+            connection.output.flush().await
+        };
+        if let Err(source) = sent.await {
+            shared.metrics.upstream_error();
+            let error = ProxyError::Daemon(source);
+            let message = format!(
+                "podmend guard: cannot reach the Docker daemon at {}: {error}",
+                shared.upstream.address()
+            );
+            reply(client_out, 502, &message, true).await?;
+            return Err(error);
+        }
+
+        let next = exchange(
+            client_in,
+            client_out,
+            connection,
+            streamed_body,
+            &request.method,
+        )
+        .await;
+        match next {
+            Ok(Next::KeepAlive) if !close_after => {}
+            Ok(Next::KeepAlive | Next::Close) => return Ok(Next::Close),
+            Ok(Next::Raw) => return Ok(Next::Raw),
+            Err((error, answered)) => {
+                if matches!(
+                    error,
+                    ProxyError::Daemon(_) | ProxyError::NoResponse | ProxyError::Response(_)
+                ) {
+                    shared.metrics.upstream_error();
+                    if !answered {
+                        let message = format!(
+                            "podmend guard: the Docker daemon at {} failed: {error}",
+                            shared.upstream.address()
+                        );
+                        reply(client_out, 502, &message, true).await?;
+                    }
+                }
+                return Err(error);
+            }
+        }
+    }
+}
+
+/// Waits for the next request head. Meanwhile a daemon connection that the daemon closes
+/// (an idle keep-alive connection) is dropped, to be reopened when needed.
+async fn next_head(
+    client_in: &mut ClientIn,
+    daemon: &mut Option<Daemon>,
+) -> Result<Option<Vec<u8>>, ProxyError> {
+    loop {
+        let read = match daemon.as_mut() {
+            None => client_in.read_head().await,
+            Some(connection) => {
+                let idle_end = tokio::select! {
+                    head = client_in.read_head() => Err(head),
+                    filled = connection.input.fill() => Ok(filled),
+                };
+                match idle_end {
+                    Err(head) => head,
+                    // Closed, failed, or sent something unasked: this connection is done.
+                    Ok(_) => {
+                        *daemon = None;
+                        continue;
+                    }
+                }
+            }
+        };
+        return match read {
+            Ok(head) => Ok(head),
+            Err(HeadReadError::Io(error)) => Err(ProxyError::ClientRead(error)),
+            Err(HeadReadError::Framing(error)) => Err(ProxyError::Request(error)),
+        };
+    }
+}
+
+/// Streams the request body up while the response comes down. Returns how the exchange
+/// ended, or an error and whether the client already got (part of) an answer.
+async fn exchange(
+    client_in: &mut ClientIn,
+    client_out: &mut ClientOut,
+    daemon: &mut Daemon,
+    request_body: BodyLength,
+    method: &str,
+) -> Result<Next, (ProxyError, bool)> {
+    let response_done = Notify::new();
+    let client_gone = Notify::new();
+    let Daemon { input, output } = daemon;
+
+    let send = async {
+        let sent = client_in.copy_body(request_body, output).await;
+        let daemon_failed = match sent {
+            Ok(()) => false,
+            // The daemon may have answered early and closed: let the answer through.
+            Err(CopyError::Write(error)) => {
+                tracing::debug!(%error, "the daemon stopped reading the request body");
+                true
+            }
+            Err(_) => {
+                client_gone.notify_one();
+                return true;
+            }
+        };
+        // Until the response is complete, notice a client that hangs up (Go's server cancels
+        // the request then too: `docker logs -f` interrupted ends the daemon's stream).
+        // Once the client sent more (a pipelined request, or stdin for a hijacked stream),
+        // stop watching, as Go's server does.
+        loop {
+            if !client_in.buffered().is_empty() {
+                response_done.notified().await;
+                return daemon_failed;
+            }
+            tokio::select! {
+                biased;
+                () = response_done.notified() => return daemon_failed,
+                filled = client_in.fill() => match filled {
+                    Ok(0) | Err(_) => {
+                        client_gone.notify_one();
+                        return daemon_failed;
+                    }
+                    Ok(_) => {}
+                },
+            }
+        }
+    };
+    let receive = async {
+        let mut answered = false;
+        let result = tokio::select! {
+            result = relay_response(input, client_out, method, &mut answered) => result,
+            () = client_gone.notified() => Err(ProxyError::ClientGone),
+        };
+        response_done.notify_one();
+        result.map_err(|e| (e, answered))
+    };
+    let (send_failed, received) = tokio::join!(send, receive);
+    match received {
+        Ok(Next::KeepAlive) if send_failed => Ok(Next::Close),
+        other => other,
+    }
+}
+
+/// Relays the response (interim `1xx` responses first), and its body by its framing.
+async fn relay_response<R, W>(
+    daemon_in: &mut Reader<R>,
+    client_out: &mut W,
+    method: &str,
+    answered: &mut bool,
+) -> Result<Next, ProxyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    loop {
+        let head = match daemon_in.read_head().await {
+            Ok(Some(head)) => head,
+            Ok(None) => return Err(ProxyError::NoResponse),
+            Err(HeadReadError::Io(error)) => return Err(ProxyError::Daemon(error)),
+            Err(HeadReadError::Framing(error)) => return Err(ProxyError::Response(error)),
+        };
+        let response = ResponseHead::parse(&head).map_err(ProxyError::Response)?;
+        let length = response.body_length(method).map_err(ProxyError::Response)?;
+        *answered = true;
+        client_out
+            .write_all(&head)
+            .await
+            .map_err(ProxyError::ClientWrite)?;
+        client_out.flush().await.map_err(ProxyError::ClientWrite)?;
+        if response.status == 101 {
+            return Ok(Next::Raw);
+        }
+        if (100..200).contains(&response.status) {
+            continue;
+        }
+        if length == BodyLength::UntilClose {
+            // Docker's hijacked endpoints answer `200` with a raw stream and no framing.
+            return Ok(Next::Raw);
+        }
+        daemon_in
+            .copy_body(length, client_out)
+            .await
+            .map_err(|error| match error {
+                CopyError::Read(e) => ProxyError::Daemon(e),
+                CopyError::Write(e) => ProxyError::ClientWrite(e),
+                CopyError::Truncated => ProxyError::NoResponse,
+                CopyError::Framing(e) => ProxyError::Response(e),
+            })?;
+        return Ok(if response.wants_close() {
+            Next::Close
+        } else {
+            Next::KeepAlive
+        });
+    }
+}
+
+/// Relays raw bytes both ways until both sides are done; an end of stream on one side is
+/// passed on as a half-close (`shutdown(SHUT_WR)`), and the other direction keeps flowing.
+async fn relay_raw(client_in: ClientIn, client_out: ClientOut, daemon: Daemon) -> io::Result<()> {
+    let up = pump(client_in, daemon.output);
+    let down = pump(daemon.input, client_out);
+    tokio::try_join!(up, down).map(|_| ())
+}
+
+async fn pump<R, W>(mut from: Reader<R>, mut to: W) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    from.copy_to_end(&mut to)
+        .await
+        .map_err(|error| match error {
+            CopyError::Read(e) | CopyError::Write(e) => e,
+            other => io::Error::other(other.to_string()),
+        })?;
+    to.shutdown().await
+}
+
+/// Ends a connection politely: no more writes, then read (and drop) what the client still
+/// sends for a moment, so it reads the last answer rather than a connection reset.
+async fn linger_close(client_in: &mut ClientIn, client_out: &mut ClientOut) {
+    let _ = client_out.shutdown().await;
+    let drain = async {
+        let mut discarded = 0usize;
+        while discarded < 16 << 20 {
+            let n = client_in.buffered().len();
+            client_in.consume(n);
+            discarded += n;
+            match client_in.fill().await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    let _ = tokio::time::timeout(LINGER, drain).await;
+}
+
+/// Answers the client directly with `{"message": ...}`, as the daemon's errors look.
+async fn reply<W: AsyncWrite + Unpin>(
+    client_out: &mut W,
+    status: u16,
+    message: &str,
+    close: bool,
+) -> Result<(), ProxyError> {
+    client_out
+        .write_all(&json_response(status, message, close))
+        .await
+        .map_err(ProxyError::ClientWrite)?;
+    client_out.flush().await.map_err(ProxyError::ClientWrite)
+}
+
+/// A complete JSON error response.
+pub fn json_response(status: u16, message: &str, close: bool) -> Vec<u8> {
+    let reason = match status {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        413 => "Payload Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Error",
+    };
+    let body = serde_json::json!({ "message": message }).to_string();
+    let connection = if close { "Connection: close\r\n" } else { "" };
+    format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n{connection}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_responses_carry_a_json_message_and_their_length() {
+        let response = String::from_utf8(json_response(403, "no \"rm\"", false)).unwrap();
+        let (head, body) = response.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{head}");
+        assert!(head.contains("Content-Type: application/json"), "{head}");
+        assert!(
+            head.contains(&format!("Content-Length: {}", body.len())),
+            "{head}"
+        );
+        assert!(!head.contains("Connection: close"), "{head}");
+        let parsed: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(parsed["message"], "no \"rm\"");
+        assert!(
+            String::from_utf8(json_response(502, "x", true))
+                .unwrap()
+                .contains("Connection: close\r\n")
+        );
+    }
+}

@@ -1,0 +1,401 @@
+//! Where the guard listens and where the Docker daemon is: `unix://PATH` and `tcp://HOST:PORT`
+//! addresses, and connections to the daemon, optionally over TLS with a client certificate
+//! from a `DOCKER_CERT_PATH`-style directory (`ca.pem`, `cert.pem`, `key.pem`).
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::ClientConfig;
+use rustls::crypto::ring;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio_rustls::TlsConnector;
+
+/// How long connecting to the daemon may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A byte stream both ways: a Unix socket, a TCP connection, or TLS over TCP.
+pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+/// A boxed [`Stream`].
+pub type BoxStream = Pin<Box<dyn Stream>>;
+
+/// A `unix://PATH` or `tcp://HOST:PORT` address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Address {
+    Unix(PathBuf),
+    Tcp { host: String, port: u16 },
+}
+
+/// Why an address or the TLS material is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum AddressError {
+    #[error("invalid address {0:?}: expected unix:///path/to/docker.sock or tcp://HOST:PORT")]
+    Invalid(String),
+    #[error("cannot read {path}: {source}", path = .path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} holds no usable {what} (PEM expected)", path = .path.display())]
+    Pem { path: PathBuf, what: &'static str },
+    #[error("cannot build the TLS client configuration from {dir}: {source}", dir = .dir.display())]
+    Tls {
+        dir: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("--tls-verify needs a tcp:// upstream, not {0}")]
+    TlsOverUnix(String),
+}
+
+impl FromStr for Address {
+    type Err = AddressError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let invalid = || AddressError::Invalid(text.to_string());
+        if let Some(path) = text.strip_prefix("unix://") {
+            if path.is_empty() || !path.starts_with('/') {
+                return Err(invalid());
+            }
+            return Ok(Address::Unix(PathBuf::from(path)));
+        }
+        let rest = text.strip_prefix("tcp://").ok_or_else(invalid)?;
+        let rest = rest.strip_suffix('/').unwrap_or(rest);
+        let (host, port) = rest.rsplit_once(':').ok_or_else(invalid)?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        let port: u16 = port.parse().map_err(|_| invalid())?;
+        if host.is_empty() || host.contains(['/', '@', '?']) {
+            return Err(invalid());
+        }
+        Ok(Address::Tcp {
+            host: host.to_string(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Unix(path) => write!(f, "unix://{}", path.display()),
+            Address::Tcp { host, port } if host.contains(':') => write!(f, "tcp://[{host}]:{port}"),
+            Address::Tcp { host, port } => write!(f, "tcp://{host}:{port}"),
+        }
+    }
+}
+
+/// The Docker daemon the guard forwards to.
+#[derive(Clone)]
+pub struct Upstream {
+    address: Address,
+    tls: Option<(TlsConnector, ServerName<'static>)>,
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("address", &self.address.to_string())
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+impl Upstream {
+    /// A daemon at `address`; with `tls_dir`, spoken to over TLS verified against
+    /// `tls_dir/ca.pem`, presenting `cert.pem` and `key.pem`.
+    pub fn new(address: Address, tls_dir: Option<&Path>) -> Result<Self, AddressError> {
+        let tls = match tls_dir {
+            None => None,
+            Some(dir) => {
+                let Address::Tcp { host, .. } = &address else {
+                    return Err(AddressError::TlsOverUnix(address.to_string()));
+                };
+                let config = client_config(dir)?;
+                let name = match host.parse::<IpAddr>() {
+                    Ok(ip) => ServerName::IpAddress(ip.into()),
+                    Err(_) => ServerName::try_from(host.clone())
+                        .map_err(|_| AddressError::Invalid(address.to_string()))?,
+                };
+                Some((TlsConnector::from(Arc::new(config)), name))
+            }
+        };
+        Ok(Self { address, tls })
+    }
+
+    pub fn address(&self) -> &Address {
+        &self.address
+    }
+
+    /// Opens a new connection to the daemon.
+    pub async fn connect(&self) -> io::Result<BoxStream> {
+        let connect = async {
+            match &self.address {
+                Address::Unix(path) => Ok(Box::pin(UnixStream::connect(path).await?) as BoxStream),
+                Address::Tcp { host, port } => {
+                    let tcp = TcpStream::connect((host.as_str(), *port)).await?;
+                    let _ = tcp.set_nodelay(true);
+                    match &self.tls {
+                        None => Ok(Box::pin(tcp) as BoxStream),
+                        Some((connector, name)) => {
+                            let tls = connector.connect(name.clone(), tcp).await?;
+                            Ok(Box::pin(tls) as BoxStream)
+                        }
+                    }
+                }
+            }
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connection timed out"))?
+    }
+}
+
+impl fmt::Display for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.address, f)?;
+        if self.tls.is_some() {
+            f.write_str(" (TLS)")?;
+        }
+        Ok(())
+    }
+}
+
+fn read_file(path: PathBuf) -> Result<(PathBuf, Vec<u8>), AddressError> {
+    match std::fs::read(&path) {
+        Ok(bytes) => Ok((path, bytes)),
+        Err(source) => Err(AddressError::Read { path, source }),
+    }
+}
+
+/// A rustls client configuration (ring) from `ca.pem`, `cert.pem` and `key.pem` in `dir`.
+fn client_config(dir: &Path) -> Result<ClientConfig, AddressError> {
+    let (ca_path, ca) = read_file(dir.join("ca.pem"))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&ca) {
+        let cert = cert.map_err(|_| AddressError::Pem {
+            path: ca_path.clone(),
+            what: "CA certificate",
+        })?;
+        roots.add(cert).map_err(|_| AddressError::Pem {
+            path: ca_path.clone(),
+            what: "CA certificate",
+        })?;
+    }
+    if roots.is_empty() {
+        return Err(AddressError::Pem {
+            path: ca_path,
+            what: "CA certificate",
+        });
+    }
+    let (cert_path, cert) = read_file(dir.join("cert.pem"))?;
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&cert)
+        .collect::<Result<_, _>>()
+        .map_err(|_| AddressError::Pem {
+            path: cert_path.clone(),
+            what: "client certificate",
+        })?;
+    if chain.is_empty() {
+        return Err(AddressError::Pem {
+            path: cert_path,
+            what: "client certificate",
+        });
+    }
+    let (key_path, key) = read_file(dir.join("key.pem"))?;
+    let key = PrivateKeyDer::from_pem_slice(&key).map_err(|_| AddressError::Pem {
+        path: key_path,
+        what: "private key",
+    })?;
+    let tls = |source| AddressError::Tls {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    ClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(tls)?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(tls)
+}
+
+/// The guard's own socket.
+pub enum Listener {
+    Unix {
+        listener: UnixListener,
+        path: PathBuf,
+    },
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    /// Binds `address`. A stale Unix socket file (left by a previous run) is replaced, its
+    /// directory created, and the socket made connectable by every user of the pod (it lives
+    /// in the pod's own volume).
+    pub async fn bind(address: &Address) -> io::Result<Self> {
+        match address {
+            Address::Unix(path) => {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                match std::fs::symlink_metadata(path) {
+                    Ok(meta) => {
+                        use std::os::unix::fs::FileTypeExt as _;
+                        if meta.file_type().is_socket() {
+                            std::fs::remove_file(path)?;
+                        } else {
+                            return Err(io::Error::new(
+                                io::ErrorKind::AlreadyExists,
+                                format!("{} exists and is not a socket", path.display()),
+                            ));
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                let listener = UnixListener::bind(path)?;
+                use std::os::unix::fs::PermissionsExt as _;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+                Ok(Listener::Unix {
+                    listener,
+                    path: path.clone(),
+                })
+            }
+            Address::Tcp { host, port } => {
+                let addrs: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs()?.collect();
+                let first = addrs.first().copied().ok_or_else(|| {
+                    io::Error::new(io::ErrorKind::NotFound, format!("{host} does not resolve"))
+                })?;
+                Ok(Listener::Tcp(TcpListener::bind(first).await?))
+            }
+        }
+    }
+
+    /// The next client connection.
+    pub async fn accept(&self) -> io::Result<BoxStream> {
+        match self {
+            Listener::Unix { listener, .. } => {
+                let (stream, _) = listener.accept().await?;
+                Ok(Box::pin(stream))
+            }
+            Listener::Tcp(listener) => {
+                let (stream, _) = listener.accept().await?;
+                let _ = stream.set_nodelay(true);
+                Ok(Box::pin(stream))
+            }
+        }
+    }
+
+    /// Where it listens, as an address.
+    pub fn local_address(&self) -> String {
+        match self {
+            Listener::Unix { path, .. } => format!("unix://{}", path.display()),
+            Listener::Tcp(listener) => listener
+                .local_addr()
+                .map(|a| format!("tcp://{a}"))
+                .unwrap_or_else(|_| "tcp://?".to_string()),
+        }
+    }
+
+    /// Removes the socket file, if any.
+    pub fn remove_socket(&self) {
+        if let Listener::Unix { path, .. } = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_and_print() {
+        let cases = [
+            (
+                "unix:///var/run/docker.sock",
+                Address::Unix("/var/run/docker.sock".into()),
+            ),
+            (
+                "tcp://docker:2375",
+                Address::Tcp {
+                    host: "docker".into(),
+                    port: 2375,
+                },
+            ),
+            (
+                "tcp://127.0.0.1:2376/",
+                Address::Tcp {
+                    host: "127.0.0.1".into(),
+                    port: 2376,
+                },
+            ),
+            (
+                "tcp://[::1]:2375",
+                Address::Tcp {
+                    host: "::1".into(),
+                    port: 2375,
+                },
+            ),
+        ];
+        for (text, expected) in cases {
+            let parsed: Address = text.parse().unwrap();
+            assert_eq!(parsed, expected);
+            assert_eq!(parsed.to_string(), text.trim_end_matches('/'));
+        }
+        for bad in [
+            "",
+            "docker:2375",
+            "unix://relative",
+            "tcp://docker",
+            "tcp://:2375",
+            "http://docker:2375",
+            "tcp://docker:http",
+        ] {
+            assert!(bad.parse::<Address>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tls_needs_tcp_and_readable_pem_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Upstream::new("unix:///x.sock".parse().unwrap(), Some(dir.path())).unwrap_err();
+        assert!(matches!(err, AddressError::TlsOverUnix(_)), "{err}");
+        let err =
+            Upstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path())).unwrap_err();
+        assert!(err.to_string().contains("ca.pem"), "{err}");
+        std::fs::write(dir.path().join("ca.pem"), "not pem").unwrap();
+        let err =
+            Upstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path())).unwrap_err();
+        assert!(matches!(err, AddressError::Pem { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_tls_upstream_loads_a_docker_cert_path_directory() {
+        let ca = rcgen::generate_simple_self_signed(vec!["docker".to_string()]).unwrap();
+        let client = rcgen::generate_simple_self_signed(vec!["client".to_string()]).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca.cert.pem()).unwrap();
+        std::fs::write(dir.path().join("cert.pem"), client.cert.pem()).unwrap();
+        std::fs::write(
+            dir.path().join("key.pem"),
+            client.signing_key.serialize_pem(),
+        )
+        .unwrap();
+        let upstream =
+            Upstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path())).unwrap();
+        assert_eq!(upstream.to_string(), "tcp://docker:2376 (TLS)");
+    }
+}
