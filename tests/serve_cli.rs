@@ -52,20 +52,26 @@ fn podmend_config_check_names_the_bad_key_and_exits_1() {
     assert!(stderr.contains("jenkins-agent"), "{stderr}");
 }
 
+/// `podmend serve` on ports the kernel picks; the caller adds the rest.
+fn serve_on_ephemeral_ports() -> Command {
+    let mut command = Command::new(BIN);
+    command.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    command
+}
+
 #[test]
 fn serve_refuses_to_start_on_an_invalid_config_naming_the_key() {
     let dir = tempfile::tempdir().expect("tempdir");
     write_certs(&dir.path().join("certs"));
     let config = dir.path().join("config.yaml");
     std::fs::write(&config, "rules:\n  node-affinity:\n    mode: always\n").expect("write");
-    let output = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
+    let output = serve_on_ephemeral_ports()
         .arg("--tls-cert")
         .arg(dir.path().join("certs/tls.crt"))
         .arg("--tls-key")
@@ -81,14 +87,7 @@ fn serve_refuses_to_start_on_an_invalid_config_naming_the_key() {
 
 #[test]
 fn serve_refuses_to_start_without_a_certificate_and_says_which_flag() {
-    let output = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
+    let output = serve_on_ephemeral_ports()
         .args([
             "--tls-cert",
             "/nonexistent/tls.crt",
