@@ -82,6 +82,44 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish after SIGTERM.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub shutdown_seconds: u64,
+    #[command(flatten)]
+    pub self_tls: SelfTlsArgs,
+}
+
+/// `serve --tls-self-manage`: podmend keeps its own CA and serving certificate.
+#[derive(Debug, Args)]
+pub struct SelfTlsArgs {
+    /// Manage the CA and serving certificate in a Secret (--tls-secret), write the serving
+    /// pair to --tls-cert/--tls-key and the CA into the webhook configurations' caBundle.
+    #[arg(long, requires_all = ["tls_secret", "webhook_configurations"])]
+    pub tls_self_manage: bool,
+    /// The Secret holding ca.crt, ca.key, tls.crt and tls.key (with --tls-self-manage).
+    #[arg(long, requires = "tls_self_manage")]
+    pub tls_secret: Option<String>,
+    /// Namespace of the Secret; default: the pod's own (in-cluster namespace file).
+    #[arg(long, env = "POD_NAMESPACE", requires = "tls_self_manage")]
+    pub tls_namespace: Option<String>,
+    /// Webhook configurations (mutating or validating, comma-separated) whose caBundle
+    /// podmend keeps up to date.
+    #[arg(long, value_delimiter = ',', requires = "tls_self_manage")]
+    pub webhook_configurations: Vec<String>,
+    /// The Service in front of the webhook: the certificate is for <service>.<ns>.svc and
+    /// <service>.<ns>.svc.cluster.local (unless --tls-service-dns is given).
+    #[arg(long, requires = "tls_self_manage")]
+    pub tls_service: Option<String>,
+    /// A DNS name (or IP) for the serving certificate, instead of the --tls-service names;
+    /// repeat for more.
+    #[arg(long, requires = "tls_self_manage")]
+    pub tls_service_dns: Vec<String>,
+    /// Renew the serving certificate (and roll the CA over) this many days before it expires.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub tls_renew_before_days: u32,
+    /// Days a serving certificate is valid (the CA: twice as long).
+    #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(2..=3650))]
+    pub tls_validity_days: u32,
+    /// Seconds between re-checks of the Secret (tests use seconds; default hourly).
+    #[arg(long, default_value_t = 3600, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tls_check_seconds: u64,
 }
 
 #[derive(Debug, Args)]

@@ -24,11 +24,44 @@ fn main() -> ExitCode {
     }
 }
 
+/// The `--tls-self-manage` settings, resolved (namespace, DNS names).
+fn self_tls_options(
+    args: &podmend::cli::ServeArgs,
+) -> anyhow::Result<Option<server::selftls::SelfTlsOptions>> {
+    let t = &args.self_tls;
+    if !t.tls_self_manage {
+        return Ok(None);
+    }
+    let namespace = server::selftls::namespace(t.tls_namespace.clone())?;
+    let dns_names =
+        server::selftls::dns_names(&t.tls_service_dns, t.tls_service.as_deref(), &namespace)?;
+    if t.tls_renew_before_days >= t.tls_validity_days {
+        anyhow::bail!(
+            "--tls-renew-before-days ({}) must be less than --tls-validity-days ({})",
+            t.tls_renew_before_days,
+            t.tls_validity_days
+        );
+    }
+    const DAY: u64 = 86_400;
+    Ok(Some(server::selftls::SelfTlsOptions {
+        namespace,
+        secret: t.tls_secret.clone().unwrap_or_default(),
+        webhook_configurations: t.webhook_configurations.clone(),
+        dns_names,
+        renew_before: Duration::from_secs(u64::from(t.tls_renew_before_days) * DAY),
+        validity: Duration::from_secs(u64::from(t.tls_validity_days) * DAY),
+        check_interval: Duration::from_secs(t.tls_check_seconds),
+        cert_path: args.tls_cert.clone(),
+        key_path: args.tls_key.clone(),
+    }))
+}
+
 fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve(args) => {
             // One process-wide crypto provider, so every rustls user (kube's client too) agrees.
             let _ = rustls::crypto::ring::default_provider().install_default();
+            let self_tls = self_tls_options(&args)?;
             let options = ServeOptions {
                 listen: args.listen,
                 metrics_listen: args.metrics_listen,
@@ -38,6 +71,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 kubeconfig: args.kubeconfig,
                 reload_interval: Duration::from_secs(args.reload_seconds),
                 shutdown_timeout: Duration::from_secs(args.shutdown_seconds),
+                self_tls,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

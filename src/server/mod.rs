@@ -9,6 +9,7 @@
 
 pub mod handlers;
 pub mod paths;
+pub mod selftls;
 pub mod tls;
 
 use std::future::Future;
@@ -48,6 +49,8 @@ pub enum ServeError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    SelfTls(#[from] selftls::SelfTlsError),
     #[error(
         "cannot listen on {addr}: {source}; choose a free address with --listen / --metrics-listen"
     )]
@@ -71,18 +74,25 @@ pub struct ServeOptions {
     pub reload_interval: Duration,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_timeout: Duration,
+    /// `--tls-self-manage`: keep the certificate in a Secret and write it to `tls_cert`/`tls_key`.
+    pub self_tls: Option<selftls::SelfTlsOptions>,
 }
 
 /// Why `/readyz` says no.
 pub struct Readiness {
     shutting_down: AtomicBool,
     caches: Option<CacheReadiness>,
+    /// Set while TLS self-management has not put a certificate in place yet.
+    certificate_pending: AtomicBool,
 }
 
 impl Readiness {
     pub fn not_ready_reason(&self) -> Option<&'static str> {
         if self.shutting_down.load(Ordering::Relaxed) {
             return Some("shutting down");
+        }
+        if self.certificate_pending.load(Ordering::Relaxed) {
+            return Some("no serving certificate yet (TLS self-management)");
         }
         if self.caches.as_ref().is_some_and(|c| !c.is_ready()) {
             return Some("node and LimitRange caches have not synced yet");
@@ -112,6 +122,7 @@ impl AppState {
             readiness: Readiness {
                 shutting_down: AtomicBool::new(false),
                 caches,
+                certificate_pending: AtomicBool::new(false),
             },
         }
     }
@@ -158,37 +169,36 @@ pub async fn serve(
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
-    let certs = Arc::new(CertStore::load(&options.tls_cert, &options.tls_key)?);
-    let tls_config = tls::server_config(certs.clone())?;
-
     let lookups = match &options.kubeconfig {
         Some(path) => watch::lookups_from_kubeconfig(path).await,
         None => watch::lookups_from_environment().await,
     };
+    let mut self_tls = None;
     let (cluster, caches): (Arc<dyn ClusterView>, Option<CacheReadiness>) = match lookups {
         Lookups::On(client) => {
+            if let Some(o) = &options.self_tls {
+                self_tls = Some(selftls::SelfTls::new(client.clone(), o.clone()));
+            }
             let (cluster, readiness) = watch::start(client);
             tracing::info!("cluster look-ups on: watching Nodes and LimitRanges");
             (cluster, Some(readiness))
         }
         Lookups::Off { reason } => {
+            if options.self_tls.is_some() {
+                return Err(selftls::SelfTlsError::NoCluster { reason }.into());
+            }
             tracing::info!("cluster look-ups off: {reason}");
             (Arc::new(StaticCluster::offline()), None)
         }
     };
     let state = Arc::new(AppState::new(&config, cluster, caches));
-    state.metrics.set_certificate_expiry(certs.not_after_unix());
+    state
+        .readiness
+        .certificate_pending
+        .store(self_tls.is_some(), Ordering::Relaxed);
 
     let webhook_listener = bind(options.listen).await?;
     let metrics_listener = bind(options.metrics_listen).await?;
-    tracing::info!(
-        webhook = %options.listen,
-        metrics = %options.metrics_listen,
-        config = %options.config.as_ref().map_or("built-in defaults".to_string(), |p| p.display().to_string()),
-        "podmend serving"
-    );
-
-    let reloads = tokio::spawn(reload_loop(state.clone(), certs, options.clone()));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
     let metrics_server = {
@@ -204,6 +214,59 @@ pub async fn serve(
         })
     };
 
+    let mut shutdown = std::pin::pin!(shutdown);
+    if let Some(self_tls) = &self_tls {
+        // Not ready until a certificate is in place; retry with backoff meanwhile.
+        let mut delay = Duration::from_millis(500);
+        loop {
+            match self_tls.reconcile().await {
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::error!(
+                        "TLS self-management: no certificate yet, retrying in {delay:?}: {error}"
+                    )
+                }
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = &mut shutdown => {
+                    let _ = stop_tx.send(true);
+                    let _ = metrics_server.await;
+                    return Ok(());
+                }
+            }
+            delay = (delay * 2).min(Duration::from_secs(30));
+        }
+    }
+    let certs = Arc::new(CertStore::load(&options.tls_cert, &options.tls_key)?);
+    let tls_config = tls::server_config(certs.clone())?;
+    state.metrics.set_certificate_expiry(certs.not_after_unix());
+    state
+        .readiness
+        .certificate_pending
+        .store(false, Ordering::Relaxed);
+    let renewals = self_tls.map(|self_tls| {
+        let certs = certs.clone();
+        let state = state.clone();
+        tokio::spawn(self_tls.run(move || match certs.reload_if_changed() {
+            Ok(true) => {
+                state.metrics.tls_reload(true);
+                state.metrics.set_certificate_expiry(certs.not_after_unix());
+            }
+            Ok(false) => {}
+            Err(error) => tracing::error!("renewed certificate not loaded yet: {error}"),
+        }))
+    });
+
+    tracing::info!(
+        webhook = %options.listen,
+        metrics = %options.metrics_listen,
+        config = %options.config.as_ref().map_or("built-in defaults".to_string(), |p| p.display().to_string()),
+        "podmend serving"
+    );
+
+    let reloads = tokio::spawn(reload_loop(state.clone(), certs, options.clone()));
+
     let webhook = accept_loop(
         webhook_listener,
         TlsAcceptor::from(tls_config),
@@ -214,6 +277,9 @@ pub async fn serve(
     let webhook = tokio::spawn(webhook);
 
     shutdown.await;
+    if let Some(renewals) = renewals {
+        renewals.abort();
+    }
     tracing::info!("shutting down: readiness off, finishing in-flight requests");
     state.readiness.shutting_down.store(true, Ordering::Relaxed);
     let _ = stop_tx.send(true);

@@ -1,7 +1,9 @@
 //! A local HTTPS stand-in for the kube-apiserver: GET, list (with `limit`/`continue`) and
 //! watch (newline-delimited events, chunked, kept open) of a few core and apps/batch
 //! resources, and server-side apply (PATCH `application/apply-patch+yaml`) of resources
-//! registered with [`ApiStub::serve_resource`], in the JSON shapes the real server sends.
+//! registered with [`ApiStub::serve_resource`], in the JSON shapes the real server sends;
+//! also create (POST), replace (PUT, with resourceVersion conflicts) and JSON Patch of one
+//! object.
 //! For tests only.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -585,6 +587,16 @@ async fn handle(
             json!({}),
         );
     }
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if method == Method::POST
+        || method == Method::PUT
+        || (method == Method::PATCH && content_type == "application/json-patch+json")
+    {
+        return write_response(&shared, &method, uri.path(), &body);
+    }
     if method == Method::PATCH {
         return apply_response(&shared, uri.path(), &headers, &query, &body);
     }
@@ -725,6 +737,119 @@ fn apply_response(
     };
     let object = with_type_meta(object, c);
     c.objects.insert(key, object.clone());
+    drop(state);
+    shared.changed.send_replace(rv);
+    (
+        code,
+        [(header::CONTENT_TYPE, "application/json")],
+        object.to_string(),
+    )
+        .into_response()
+}
+
+/// POST (create: 409 AlreadyExists if present), PUT (replace: 409 Conflict unless
+/// `metadata.resourceVersion` is the stored one) and JSON Patch (RFC 6902) of one object of a
+/// served resource, as the API server does them.
+fn write_response(shared: &Shared, method: &Method, path: &str, body: &[u8]) -> Response {
+    let Some((group_version, target)) = parse_path(path) else {
+        return not_found();
+    };
+    let Ok(sent) = serde_json::from_slice::<Value>(body) else {
+        return bad_request("the stub only decodes JSON");
+    };
+    let (resource, namespace, name) = match (method, target) {
+        (
+            &Method::POST,
+            Target::Collection {
+                resource,
+                namespace,
+            },
+        ) => {
+            let name = sent
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            (resource, namespace, name)
+        }
+        (
+            &Method::PUT | &Method::PATCH,
+            Target::Object {
+                resource,
+                namespace,
+                name,
+            },
+        ) => (resource, namespace, name),
+        _ => return not_found(),
+    };
+    let mut state = shared.lock();
+    let rv = state.resource_version + 1;
+    let Some(c) = state.collections.get_mut(&resource) else {
+        return not_found();
+    };
+    if c.group_version != group_version || c.namespaced != namespace.is_some() {
+        return not_found();
+    }
+    let key = match &namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.clone(),
+    };
+    let existing = c.objects.get(&key).cloned();
+    let details = json!({ "name": name, "kind": resource });
+    let (mut object, code) = match (method, existing) {
+        (&Method::POST, Some(_)) => {
+            return status(
+                StatusCode::CONFLICT,
+                "AlreadyExists",
+                &format!("{resource} \"{name}\" already exists"),
+                details,
+            );
+        }
+        (&Method::POST, None) => (sent, StatusCode::CREATED),
+        (_, None) => {
+            return status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                &format!("{resource} \"{name}\" not found"),
+                details,
+            );
+        }
+        (&Method::PUT, Some(stored)) => {
+            let sent_rv = sent.pointer("/metadata/resourceVersion");
+            if sent_rv.is_some() && sent_rv != stored.pointer("/metadata/resourceVersion") {
+                return status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                    ),
+                    details,
+                );
+            }
+            (sent, StatusCode::OK)
+        }
+        (_, Some(mut stored)) => {
+            let Ok(patch) = serde_json::from_value::<json_patch::Patch>(sent) else {
+                return bad_request("the body is not a JSON Patch");
+            };
+            if let Err(error) = json_patch::patch(&mut stored, &patch) {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &format!("the JSON Patch cannot be applied: {error}"),
+                    details,
+                );
+            }
+            (stored, StatusCode::OK)
+        }
+    };
+    if let Some(ns) = &namespace {
+        object["metadata"]["namespace"] = Value::String(ns.clone());
+    }
+    set_resource_version(&mut object, rv);
+    let object = with_type_meta(object, c);
+    c.objects.insert(key, object.clone());
+    state.resource_version = rv;
     drop(state);
     shared.changed.send_replace(rv);
     (
