@@ -615,7 +615,9 @@ def test_tls_mode_wiring(rendered):
     container = one_container(deployment)
     args = container["args"]
     volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
-    secret_name = volumes["tls"]["secret"]["secretName"]
+    secret_name = (
+        f"{name}-tls" if tls["mode"] == "self" and "secret" not in volumes["tls"] else volumes["tls"]["secret"]["secretName"]
+    )
     mutating = one(docs, "MutatingWebhookConfiguration")
     validating = one(docs, "ValidatingWebhookConfiguration")
     configs = (mutating, validating)
@@ -625,11 +627,19 @@ def test_tls_mode_wiring(rendered):
     test_volumes = {v["name"]: v for v in test_pod["spec"]["volumes"]}
 
     if tls["mode"] == "self":
-        assert secret_name.endswith("-tls") and volumes["tls"]["secret"]["optional"] is True
+        # podmend writes the certificate it keeps in the Secret into a writable in-memory dir.
+        assert volumes["tls"] == {"name": "tls", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+        tls_mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+        assert not tls_mount.get("readOnly", False)
+        env = {e["name"]: e for e in container["env"]}
+        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+        service = one(docs, "Service")["metadata"]["name"]
+        self_flags = [a for a in args if a.startswith(("--tls-self-manage", "--tls-secret", "--webhook-configurations", "--tls-service"))]
         assert self_flags == [
             "--tls-self-manage",
             f"--tls-secret={secret_name}",
             f"--webhook-configurations={mutating['metadata']['name']},{validating['metadata']['name']}",
+            f"--tls-service={service}",
         ]
         for config in configs:
             assert "caBundle" not in config["webhooks"][0]["clientConfig"], "written at run time"
