@@ -641,6 +641,8 @@ def test_tls_mode_wiring(rendered):
             f"--webhook-configurations={mutating['metadata']['name']},{validating['metadata']['name']}",
             f"--tls-service={service}",
         ]
+        assert f"--tls-validity-days={tls['self']['validityDays']}" in args
+        assert f"--tls-renew-before-days={tls['self']['renewBeforeDays']}" in args
         for config in configs:
             assert "caBundle" not in config["webhooks"][0]["clientConfig"], "written at run time"
             assert "cert-manager.io/inject-ca-from" not in config["metadata"].get("annotations", {})
@@ -742,6 +744,7 @@ def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
         pytest.param({"tls": {"mode": "secret", "secret": {"name": "x"}}}, ["/tls/secret", "caBundle"], id="tls-secret-without-ca"),
         pytest.param({"tls": {"mode": "secret", "secret": {"name": "x", "caBundle": "not base64!"}}}, ["/tls/secret/caBundle"], id="ca-not-base64"),
         pytest.param({"replicaCount": 0}, ["/replicaCount", "minimum"], id="replicas-0"),
+        pytest.param({"tls": {"self": {"renewBeforeDays": 0}}}, ["/tls/self/renewBeforeDays", "minimum"], id="renew-before-0"),
         pytest.param({"replicaCount": "2"}, ["/replicaCount", "integer"], id="replicas-string"),
         pytest.param({"rules": {"nodeAffinity": {"mode": "fix"}}}, ["/rules/nodeAffinity/mode", "enforce"], id="rule-mode"),
         pytest.param({"rules": {"dindRm": {"policy": "keep"}}}, ["/rules/dindRm/policy", "rm"], id="dind-policy"),
@@ -770,6 +773,8 @@ def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
         pytest.param({"tls": {"secret": {"name": "x"}}}, "tls.secret.* is only used with tls.mode secret", id="secret-values-in-self-mode"),
         pytest.param({"podDisruptionBudget": {"minAvailable": 3}}, "minAvailable (3) is above replicaCount (2)", id="pdb-above-replicas"),
         pytest.param({"serviceAccount": {"create": False}}, "serviceAccount.create is false", id="rbac-without-account"),
+        pytest.param({"tls": {"self": {"validityDays": 30, "renewBeforeDays": 30}}},
+                     "tls.self.renewBeforeDays (30) must be below tls.self.validityDays (30)", id="renew-before-validity"),
     ],
 )
 def test_impossible_combinations_fail_the_render(values, expected):
