@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish after SIGTERM.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub shutdown_seconds: u64,
+    /// Also serve `POST /null`, which answers `allowed: true` without reading the review:
+    /// the baseline of the load generator (`cargo bench --bench load`). Never in production.
+    #[arg(long, hide = true)]
+    pub benchmark_null_route: bool,
     #[command(flatten)]
     pub self_tls: SelfTlsArgs,
 }

@@ -72,6 +72,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 reload_interval: Duration::from_secs(args.reload_seconds),
                 shutdown_timeout: Duration::from_secs(args.shutdown_seconds),
                 self_tls,
+                benchmark_null_route: args.benchmark_null_route,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

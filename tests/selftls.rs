@@ -438,6 +438,7 @@ async fn server_keeps_answering_while_its_certificate_is_replaced() {
         reload_interval: Duration::from_secs(1),
         shutdown_timeout: Duration::from_secs(5),
         self_tls: Some(tls),
+        benchmark_null_route: false,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(server::serve(serve_options, async move {

@@ -32,6 +32,18 @@ pub async fn validate(
     answer(&state, Webhook::Validate, &headers, body)
 }
 
+/// What the null webhook answers: a fixed v1 response that allows everything.
+const NULL_RESPONSE: &[u8] =
+    br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}"#;
+
+/// The benchmark's baseline: the body is read (as for `/mutate`), not decoded.
+pub async fn null(body: Result<Bytes, BytesRejection>) -> Response {
+    match body {
+        Ok(_) => ([(header::CONTENT_TYPE, "application/json")], NULL_RESPONSE).into_response(),
+        Err(rejection) => refuse(rejection.status(), &rejection.body_text()),
+    }
+}
+
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     (
         [(

@@ -76,6 +76,8 @@ pub struct ServeOptions {
     pub shutdown_timeout: Duration,
     /// `--tls-self-manage`: keep the certificate in a Secret and write it to `tls_cert`/`tls_key`.
     pub self_tls: Option<selftls::SelfTlsOptions>,
+    /// Also serve [`paths::NULL`], the load generator's baseline.
+    pub benchmark_null_route: bool,
 }
 
 /// Why `/readyz` says no.
@@ -148,6 +150,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(paths::VALIDATE, post(handlers::validate))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// The null webhook ([`paths::NULL`]): the same stack as [`router`], body read and limit
+/// included, answering without a review. Only `serve --benchmark-null-route` mounts it.
+pub fn null_router() -> Router {
+    Router::new()
+        .route(paths::NULL, post(handlers::null))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
 }
 
 /// The metrics and probe routes.
@@ -267,10 +277,15 @@ pub async fn serve(
 
     let reloads = tokio::spawn(reload_loop(state.clone(), certs, options.clone()));
 
+    let mut app = router(state.clone());
+    if options.benchmark_null_route {
+        tracing::warn!("serving the benchmark's null webhook on {}", paths::NULL);
+        app = app.merge(null_router());
+    }
     let webhook = accept_loop(
         webhook_listener,
         TlsAcceptor::from(tls_config),
-        router(state.clone()),
+        app,
         stop_rx,
         options.shutdown_timeout,
     );

@@ -11,3 +11,7 @@ pub const METRICS: &str = "/metrics";
 pub const HEALTHZ: &str = "/healthz";
 /// Readiness: certificate loaded, caches synced, not shutting down.
 pub const READYZ: &str = "/readyz";
+/// The null webhook, served only with `serve --benchmark-null-route`: the same server stack
+/// answering `allowed: true` without decoding the body, so the load generator can measure
+/// podmend's cost as a ratio to it in one run.
+pub const NULL: &str = "/null";
