@@ -235,33 +235,45 @@ impl Engine {
         let spec_pointer = parse_pointer(target.spec);
         let cx = RuleContext { namespace, cluster };
         let original_value = to_json(&original);
-        // Two states advance through the rules: what enforce-mode rules apply, and what
-        // every rule would apply (for `audit`). They are the same unless a rule only warns.
-        let mut applied = (original.clone(), original_value.clone());
-        let mut repaired = (original, original_value.clone());
+        // Two states advance through the rules: what every rule would apply (for `audit`),
+        // and what enforce-mode rules apply. They are one and the same until a rule that
+        // only warns changes something, so nothing is cloned in the common case.
+        let mut repaired = State {
+            spec: original,
+            value: None,
+        };
+        let mut applied: Option<State> = None;
         let mut findings = Vec::new();
         for (rule, mode) in active {
-            let mut candidate = repaired.0.clone();
+            let mut candidate = repaired.spec.clone();
             let messages = rule.repair(&mut candidate, &meta, &cx);
             let candidate_value = to_json(&candidate);
             let patch = prefixed(
                 &spec_pointer,
-                json_patch::diff(&repaired.1, &candidate_value),
+                json_patch::diff(repaired.value(&original_value), &candidate_value),
             );
             if messages.is_empty() && patch.is_empty() {
                 continue;
             }
-            if mode == Mode::Enforce && !patch.is_empty() {
-                if applied.1 == repaired.1 {
-                    applied = (candidate.clone(), candidate_value.clone());
-                } else {
-                    let mut enforced = applied.0.clone();
-                    rule.repair(&mut enforced, &meta, &cx);
-                    let enforced_value = to_json(&enforced);
-                    applied = (enforced, enforced_value);
+            let previous = std::mem::replace(
+                &mut repaired,
+                State {
+                    spec: candidate,
+                    value: Some(candidate_value),
+                },
+            );
+            if !patch.is_empty() {
+                match (&mut applied, mode) {
+                    // An enforce-mode rule after the states parted: apply it to what is applied.
+                    (Some(enforced), Mode::Enforce) => {
+                        rule.repair(&mut enforced.spec, &meta, &cx);
+                        enforced.value = Some(to_json(&enforced.spec));
+                    }
+                    // A rule that only warns changed something: the states part here.
+                    (None, mode) if mode != Mode::Enforce => applied = Some(previous),
+                    _ => {}
                 }
             }
-            repaired = (candidate, candidate_value);
             findings.push(Finding {
                 rule: rule.id(),
                 mode,
@@ -270,8 +282,20 @@ impl Engine {
                 patch,
             });
         }
-        let annotated = |state: &Value, rules: Vec<&str>| {
-            let mut patch = prefixed(&spec_pointer, json_patch::diff(&original_value, state));
+        // With one rule that changed something, its patch is the whole change: no second diff.
+        let mut changing = findings.iter().filter(|f| !f.patch.is_empty());
+        let only_change = match (changing.next(), changing.next()) {
+            (Some(finding), None) => Some(&finding.patch),
+            _ => None,
+        };
+        let annotated = |state: &State, rules: Vec<&str>| {
+            let Some(value) = &state.value else {
+                return Vec::new();
+            };
+            let mut patch = match only_change {
+                Some(patch) => patch.clone(),
+                None => prefixed(&spec_pointer, json_patch::diff(&original_value, value)),
+            };
             if !patch.is_empty() {
                 patch.push(mutated_annotation_op(
                     object,
@@ -289,8 +313,12 @@ impl Engine {
                 .map(|f| f.rule)
                 .collect()
         };
-        let patch = annotated(&applied.1, changed(true));
-        let repair = annotated(&repaired.1, changed(false));
+        let repair = annotated(&repaired, changed(false));
+        // While the states are one, every rule that changed something enforces.
+        let patch = match &applied {
+            None => repair.clone(),
+            Some(enforced) => annotated(enforced, changed(true)),
+        };
         Outcome {
             target: Some(target),
             skipped: None,
@@ -298,6 +326,19 @@ impl Engine {
             patch,
             repair,
         }
+    }
+}
+
+/// A pod spec as the rules left it, with its JSON form once a rule has changed it
+/// (`None`: unchanged, the original's).
+struct State {
+    spec: PodSpec,
+    value: Option<Value>,
+}
+
+impl State {
+    fn value<'a>(&'a self, original: &'a Value) -> &'a Value {
+        self.value.as_ref().unwrap_or(original)
     }
 }
 
