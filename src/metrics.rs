@@ -1,5 +1,7 @@
 //! The Prometheus registry: a few counters and one histogram, rendered as text on
-//! `GET /metrics`. Label sets are small and bounded (webhook, kind, operation, result, rule).
+//! `GET /metrics`. Label sets are small and bounded (webhook, kind, operation, result, rule):
+//! every label value is a `&'static str`, so counting a request allocates nothing once its
+//! label set has been seen.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,7 +14,8 @@ const LATENCY_BUCKETS: &[f64] = &[
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
-type Labels = Vec<(&'static str, String)>;
+/// A series' labels as (name, value) pairs, in the order they are rendered.
+type Labels = Vec<(&'static str, &'static str)>;
 
 #[derive(Default)]
 struct Histogram {
@@ -24,7 +27,8 @@ struct Histogram {
 /// Every metric podmend exports.
 #[derive(Default)]
 pub struct Metrics {
-    counters: Mutex<BTreeMap<(&'static str, Labels), u64>>,
+    /// Keyed by the metric's name, then its labels.
+    counters: Mutex<BTreeMap<&'static str, BTreeMap<Labels, u64>>>,
     latency: Mutex<BTreeMap<Labels, Histogram>>,
     certificate_expiry: AtomicI64,
 }
@@ -70,34 +74,44 @@ impl Metrics {
         Self::default()
     }
 
-    fn add(&self, name: &'static str, labels: Labels) {
+    fn add(&self, name: &'static str, labels: &[(&'static str, &'static str)]) {
         let mut counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
-        *counters.entry((name, labels)).or_insert(0) += 1;
+        let series = counters.entry(name).or_default();
+        match series.get_mut(labels) {
+            Some(count) => *count += 1,
+            None => {
+                series.insert(labels.to_vec(), 1);
+            }
+        }
     }
 
     /// One answered AdmissionReview and how long it took.
     pub fn admission(
         &self,
-        webhook: &str,
-        kind: &str,
-        operation: &str,
-        result: &str,
+        webhook: &'static str,
+        kind: &'static str,
+        operation: &'static str,
+        result: &'static str,
         elapsed: Duration,
     ) {
         self.add(
             REQUESTS,
-            vec![
-                ("webhook", webhook.to_string()),
-                ("kind", kind.to_string()),
-                ("operation", operation.to_string()),
-                ("result", result.to_string()),
+            &[
+                ("webhook", webhook),
+                ("kind", kind),
+                ("operation", operation),
+                ("result", result),
             ],
         );
         let seconds = elapsed.as_secs_f64();
+        let labels = [("webhook", webhook)];
         let mut latency = self.latency.lock().unwrap_or_else(|e| e.into_inner());
-        let histogram = latency
-            .entry(vec![("webhook", webhook.to_string())])
-            .or_default();
+        if !latency.contains_key(&labels[..]) {
+            latency.insert(labels.to_vec(), Histogram::default());
+        }
+        let Some(histogram) = latency.get_mut(&labels[..]) else {
+            return;
+        };
         if histogram.buckets.is_empty() {
             histogram.buckets = vec![0; LATENCY_BUCKETS.len()];
         }
@@ -110,23 +124,20 @@ impl Metrics {
         histogram.sum += seconds;
     }
 
-    pub fn rule_action(&self, rule: &str, action: &str) {
-        self.add(
-            RULE_ACTIONS,
-            vec![("rule", rule.to_string()), ("action", action.to_string())],
-        );
+    pub fn rule_action(&self, rule: &'static str, action: &'static str) {
+        self.add(RULE_ACTIONS, &[("rule", rule), ("action", action)]);
     }
 
-    pub fn bad_request(&self, reason: &str) {
-        self.add(BAD_REQUESTS, vec![("reason", reason.to_string())]);
+    pub fn bad_request(&self, reason: &'static str) {
+        self.add(BAD_REQUESTS, &[("reason", reason)]);
     }
 
     pub fn config_reload(&self, success: bool) {
-        self.add(CONFIG_RELOADS, vec![("result", result(success))]);
+        self.add(CONFIG_RELOADS, &[("result", result(success))]);
     }
 
     pub fn tls_reload(&self, success: bool) {
-        self.add(TLS_RELOADS, vec![("result", result(success))]);
+        self.add(TLS_RELOADS, &[("result", result(success))]);
     }
 
     pub fn set_certificate_expiry(&self, unix_seconds: i64) {
@@ -140,7 +151,7 @@ impl Metrics {
         let counters = self.counters.lock().unwrap_or_else(|e| e.into_inner());
         for (name, kind, help) in HELP {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for ((_, labels), value) in counters.iter().filter(|((n, _), _)| n == name) {
+            for (labels, value) in counters.get(name).into_iter().flatten() {
                 let _ = writeln!(out, "{name}{} {value}", format_labels(labels, None));
             }
         }
@@ -188,8 +199,8 @@ impl Metrics {
     }
 }
 
-fn result(success: bool) -> String {
-    if success { "success" } else { "error" }.to_string()
+fn result(success: bool) -> &'static str {
+    if success { "success" } else { "error" }
 }
 
 fn format_labels(labels: &Labels, le: Option<&str>) -> String {

@@ -179,12 +179,11 @@ fn review(
 
 /// Kinds outside the handled set share one label value, so a client cannot grow the
 /// metric's label set without bound.
-fn metric_kind(kind: &str) -> &str {
-    if crate::target::TARGETS.iter().any(|t| t.name == kind) {
-        kind
-    } else {
-        "other"
-    }
+fn metric_kind(kind: &str) -> &'static str {
+    crate::target::TARGETS
+        .iter()
+        .find(|t| t.name == kind)
+        .map_or("other", |t| t.name)
 }
 
 fn bad_request_reason(error: &AdmissionError) -> &'static str {
