@@ -32,19 +32,22 @@
 //!   free connection or stream as soon as there is one, and its latency counts from its due
 //!   time, so a server stall delays, and shows in, every request due during it (no
 //!   coordinated omission). `lag p50`/`lag p99` (µs) say how late requests started against
-//!   their due time: the timer's wake-up (on a 2-core VM a bare timerfd wake-up alone is
-//!   ~40 µs at p50) plus any wait for a free connection. It is in every open-loop latency,
-//!   null's as much as podmend's, so compare the two rather than read absolutes.
+//!   their due time: the timer's wake-up (on the 2-core VM of BENCHMARKS.md a bare C
+//!   timerfd + epoll wake-up alone overshoots 40–70 µs at p50) plus any wait for a free
+//!   connection. It is in every open-loop latency, null's as much as podmend's, so compare
+//!   the two rather than read absolutes.
 //!
 //! # Figures
 //!
 //! Per phase: requests, errors, throughput (OK answers per second), latency percentiles of
 //! the OK answers (p50/p90/p99/p99.9/max, every latency kept and sorted), the server's CPU
 //! time (utime + stime of `/proc/PID/stat`, all threads) per request (`srv µs/r`), and this
-//! process's (`cli µs/r`: both share the machine's cores). Then each figure's median over
-//! the rounds, and podmend against null on those medians: the p50 and p99 ratios, the p99
-//! difference in µs, the extra server CPU per request. At the end: ready time, idle RSS and
-//! peak RSS (VmHWM). `--json FILE` writes every figure as JSON.
+//! process's (`cli µs/r`: both share the machine's cores). CPU time comes in clock ticks
+//! (10 ms), so it is coarse on short phases: a few seconds at 1,000 req/s is ±3 %; it
+//! covers the whole server, logging included. Then each figure's median over the rounds,
+//! and podmend against null on those medians: the p50 and p99 ratios, the p99 difference in
+//! µs, the extra server CPU per request. At the end: ready time, idle RSS and peak RSS
+//! (VmHWM). `--json FILE` writes every figure as JSON.
 //!
 //! # Running it
 //!
