@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 /// Upper bounds of the latency buckets, in seconds: admission answers take microseconds.
-const LATENCY_BUCKETS: &[f64] = &[
+const LATENCY_BUCKETS: [f64; 13] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0,
 ];
 
@@ -19,9 +19,22 @@ type Labels = Vec<(&'static str, &'static str)>;
 
 #[derive(Default)]
 struct Histogram {
-    buckets: Vec<u64>,
+    buckets: [u64; LATENCY_BUCKETS.len()],
     count: u64,
     sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        for (bucket, bound) in self.buckets.iter_mut().zip(LATENCY_BUCKETS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
 }
 
 /// Every metric podmend exports.
@@ -103,25 +116,16 @@ impl Metrics {
                 ("result", result),
             ],
         );
-        let seconds = elapsed.as_secs_f64();
         let labels = [("webhook", webhook)];
         let mut latency = self.latency.lock().unwrap_or_else(|e| e.into_inner());
-        if !latency.contains_key(&labels[..]) {
-            latency.insert(labels.to_vec(), Histogram::default());
-        }
-        let Some(histogram) = latency.get_mut(&labels[..]) else {
-            return;
-        };
-        if histogram.buckets.is_empty() {
-            histogram.buckets = vec![0; LATENCY_BUCKETS.len()];
-        }
-        for (bucket, bound) in histogram.buckets.iter_mut().zip(LATENCY_BUCKETS) {
-            if seconds <= *bound {
-                *bucket += 1;
+        match latency.get_mut(&labels[..]) {
+            Some(histogram) => histogram.observe(elapsed),
+            None => {
+                let mut histogram = Histogram::default();
+                histogram.observe(elapsed);
+                latency.insert(labels.to_vec(), histogram);
             }
         }
-        histogram.count += 1;
-        histogram.sum += seconds;
     }
 
     pub fn rule_action(&self, rule: &'static str, action: &'static str) {
