@@ -69,6 +69,12 @@ pub struct ServeArgs {
         env = "PODMEND_TLS_KEY"
     )]
     pub tls_key: PathBuf,
+    /// CA certificate(s), PEM, that a client certificate must chain to: only clients presenting
+    /// one complete the TLS handshake. Use it when the API server presents a client
+    /// certificate (a kubeconfig in its AdmissionConfiguration names it) so that nothing else
+    /// can call the webhook. Read once at start; the metrics port is not affected.
+    #[arg(long, value_name = "FILE", env = "PODMEND_CLIENT_CA")]
+    pub client_ca: Option<PathBuf>,
     /// Configuration file (YAML); built-in defaults without it. Reloaded when it changes.
     #[arg(long, env = "PODMEND_CONFIG")]
     pub config: Option<PathBuf>,
@@ -82,6 +88,14 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish after SIGTERM.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub shutdown_seconds: u64,
+    /// Seconds after SIGTERM during which /readyz says no but requests are still served, so
+    /// the Service's endpoints drop the pod before it stops listening.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub shutdown_delay_seconds: u64,
+    /// Seconds a Node or LimitRange watch may keep failing before /readyz says no (its cache
+    /// may be stale).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub cache_stale_seconds: u64,
     /// Also serve `POST /null`, which answers `allowed: true` without reading the review:
     /// the baseline of the load generator (`cargo bench --bench load`). Never in production.
     #[arg(long, hide = true)]

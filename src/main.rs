@@ -71,8 +71,11 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 kubeconfig: args.kubeconfig,
                 reload_interval: Duration::from_secs(args.reload_seconds),
                 shutdown_timeout: Duration::from_secs(args.shutdown_seconds),
+                shutdown_delay: Duration::from_secs(args.shutdown_delay_seconds),
+                cache_stale_after: Duration::from_secs(args.cache_stale_seconds),
                 self_tls,
                 benchmark_null_route: args.benchmark_null_route,
+                client_ca: args.client_ca,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;

@@ -51,6 +51,8 @@ const RULE_ACTIONS: &str = "podmend_rule_actions_total";
 const BAD_REQUESTS: &str = "podmend_bad_requests_total";
 const CONFIG_RELOADS: &str = "podmend_config_reloads_total";
 const TLS_RELOADS: &str = "podmend_tls_reloads_total";
+const TLS_HANDSHAKE_FAILURES: &str = "podmend_tls_handshake_failures_total";
+const CONNECTION_ERRORS: &str = "podmend_connection_errors_total";
 const LATENCY: &str = "podmend_admission_duration_seconds";
 const CERT_EXPIRY: &str = "podmend_tls_certificate_expiry_timestamp_seconds";
 
@@ -68,7 +70,17 @@ const HELP: &[(&str, &str, &str)] = &[
     (
         BAD_REQUESTS,
         "counter",
-        "Requests refused before review (unreadable body, wrong content type), by reason.",
+        "Requests refused before review (unreadable body, wrong content type, method or path), by reason.",
+    ),
+    (
+        TLS_HANDSHAKE_FAILURES,
+        "counter",
+        "Connections to the webhook port that never completed a TLS handshake, by reason.",
+    ),
+    (
+        CONNECTION_ERRORS,
+        "counter",
+        "Webhook connections that ended in an HTTP-level error (header timeout, malformed request), by reason.",
     ),
     (
         CONFIG_RELOADS,
@@ -134,6 +146,17 @@ impl Metrics {
 
     pub fn bad_request(&self, reason: &'static str) {
         self.add(BAD_REQUESTS, &[("reason", reason)]);
+    }
+
+    /// A connection refused before HTTP: plain HTTP, an old TLS version, no common cipher
+    /// suite or ALPN protocol, a missing client certificate, a timeout.
+    pub fn tls_handshake_failure(&self, reason: &'static str) {
+        self.add(TLS_HANDSHAKE_FAILURES, &[("reason", reason)]);
+    }
+
+    /// A TLS connection that ended with an HTTP error rather than a clean close.
+    pub fn connection_error(&self, reason: &'static str) {
+        self.add(CONNECTION_ERRORS, &[("reason", reason)]);
     }
 
     pub fn config_reload(&self, success: bool) {
@@ -272,6 +295,27 @@ mod tests {
         );
         assert!(
             text.contains("podmend_tls_certificate_expiry_timestamp_seconds 1800000000"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn handshake_failures_and_connection_errors_are_counted_by_reason() {
+        let metrics = Metrics::new();
+        metrics.tls_handshake_failure("protocol-version");
+        metrics.tls_handshake_failure("protocol-version");
+        metrics.connection_error("header-timeout");
+        let text = metrics.render();
+        assert!(
+            text.contains("podmend_tls_handshake_failures_total{reason=\"protocol-version\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podmend_connection_errors_total{reason=\"header-timeout\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE podmend_tls_handshake_failures_total counter"),
             "{text}"
         );
     }

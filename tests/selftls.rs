@@ -437,8 +437,11 @@ async fn server_keeps_answering_while_its_certificate_is_replaced() {
         kubeconfig: Some(stub.kubeconfig_path().to_path_buf()),
         reload_interval: Duration::from_secs(1),
         shutdown_timeout: Duration::from_secs(5),
+        shutdown_delay: Duration::ZERO,
+        cache_stale_after: Duration::from_secs(30),
         self_tls: Some(tls),
         benchmark_null_route: false,
+        client_ca: None,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(server::serve(serve_options, async move {

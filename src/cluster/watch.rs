@@ -4,11 +4,13 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem, Node, Taint};
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -87,30 +89,115 @@ impl ClusterView for WatchedCluster {
     }
 }
 
-/// Whether both caches have had their first full list. Cheap to clone.
-#[derive(Debug, Clone, Default)]
+/// How long a Node or LimitRange watch may keep failing before `/readyz` says not ready.
+///
+/// Long enough that a watch cut and resumed (API server restart, load balancer idle
+/// timeout) never flips readiness; short enough that a webhook answering from a cache that
+/// stopped following the cluster is taken out of the Service within a minute.
+pub const DEFAULT_STALE_AFTER: Duration = Duration::from_secs(30);
+/// While a watch fails, how often a one-item list checks whether the API server answers
+/// again (a resumed watch sends nothing until something changes).
+const PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// One cache: whether it had its first full list, and since when its watch has been failing.
+#[derive(Debug, Default)]
+struct CacheHealth {
+    synced: AtomicBool,
+    failing_since: Mutex<Option<Instant>>,
+}
+
+impl CacheHealth {
+    fn failing_since(&self) -> Option<Instant> {
+        *self.failing_since.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a failed watch; the clock starts at the first failure after a success.
+    fn failed(&self) {
+        self.failing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_or_insert_with(Instant::now);
+    }
+
+    /// Records that the API server answered; returns true when the watch had been failing.
+    fn recovered(&self) -> bool {
+        self.failing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .is_some()
+    }
+}
+
+/// Whether the Node and LimitRange caches can be trusted: both had their first full list,
+/// and neither watch has been failing for longer than `stale_after`. Cheap to clone.
+#[derive(Debug, Clone)]
 pub struct CacheReadiness {
-    nodes: Arc<AtomicBool>,
-    limit_ranges: Arc<AtomicBool>,
+    nodes: Arc<CacheHealth>,
+    limit_ranges: Arc<CacheHealth>,
+    stale_after: Duration,
+}
+
+impl Default for CacheReadiness {
+    fn default() -> Self {
+        Self::new(DEFAULT_STALE_AFTER)
+    }
 }
 
 impl CacheReadiness {
-    /// True once the Node and the LimitRange caches both had their first full list.
-    pub fn is_ready(&self) -> bool {
-        self.nodes.load(Ordering::Acquire) && self.limit_ranges.load(Ordering::Acquire)
+    fn new(stale_after: Duration) -> Self {
+        Self {
+            nodes: Arc::default(),
+            limit_ranges: Arc::default(),
+            stale_after,
+        }
     }
+
+    /// True once both caches had their first full list, while neither watch is stale.
+    pub fn is_ready(&self) -> bool {
+        self.not_ready_reason().is_none()
+    }
+
+    /// Why the caches cannot be trusted, in words for `/readyz`; `None` when they can.
+    pub fn not_ready_reason(&self) -> Option<String> {
+        let caches = [("Node", &self.nodes), ("LimitRange", &self.limit_ranges)];
+        if let Some((what, _)) = caches
+            .iter()
+            .find(|(_, health)| !health.synced.load(Ordering::Acquire))
+        {
+            return Some(format!("the {what} cache has not had its first list yet"));
+        }
+        caches.iter().find_map(|(what, health)| {
+            let failing = health.failing_since()?.elapsed();
+            (failing >= self.stale_after).then(|| {
+                format!(
+                    "the {what} watch has been failing for {}s, so its cache may be stale; \
+                     check that the API server is reachable and that podmend's service account \
+                     may list and watch {what}s",
+                    failing.as_secs()
+                )
+            })
+        })
+    }
+}
+
+/// Starts watchers of every Node and every LimitRange on the current tokio runtime, with
+/// [`DEFAULT_STALE_AFTER`]; see [`start_with`].
+pub fn start(client: Client) -> (Arc<WatchedCluster>, CacheReadiness) {
+    start_with(client, DEFAULT_STALE_AFTER)
 }
 
 /// Starts watchers of every Node and every LimitRange on the current tokio runtime.
 ///
 /// The returned view answers from the caches at once (empty at first); readiness turns true
-/// once both had their first list. A failing watch is retried with kube's default backoff and
-/// logged at warn. Outside a tokio runtime nothing is started and the caches never get ready.
-/// The watchers stop when the returned [`WatchedCluster`] is dropped.
-pub fn start(client: Client) -> (Arc<WatchedCluster>, CacheReadiness) {
+/// once both had their first list. A failing or cut watch is retried with kube's default
+/// backoff and logged at warn; if it keeps failing for `stale_after`, readiness turns false
+/// until the API server answers again. Outside a tokio runtime nothing is started and the
+/// caches never get ready. The watchers stop when the returned [`WatchedCluster`] is dropped.
+pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>, CacheReadiness) {
     let (nodes, node_writer) = reflector::store::<Node>();
     let (limit_ranges, lr_writer) = reflector::store::<LimitRange>();
-    let readiness = CacheReadiness::default();
+    let readiness = CacheReadiness::new(stale_after);
     let mut cluster = WatchedCluster::from_stores(nodes.clone(), limit_ranges.clone());
 
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -120,23 +207,35 @@ pub fn start(client: Client) -> (Arc<WatchedCluster>, CacheReadiness) {
         return (Arc::new(cluster), readiness);
     };
 
+    let node_api = Api::<Node>::all(client.clone());
+    let lr_api = Api::<LimitRange>::all(client);
     let node_stream = reflector::reflector(
         node_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-            .modify(strip_managed_fields),
+        watcher(node_api.clone(), watcher::Config::default()).modify(strip_managed_fields),
     )
     .default_backoff();
     let lr_stream = reflector::reflector(
         lr_writer,
-        watcher(Api::<LimitRange>::all(client), watcher::Config::default())
-            .modify(strip_managed_fields),
+        watcher(lr_api.clone(), watcher::Config::default()).modify(strip_managed_fields),
     )
     .default_backoff();
 
     cluster.tasks = vec![
-        runtime.spawn(drive(node_stream, "nodes")).abort_handle(),
         runtime
-            .spawn(drive(lr_stream, "limitranges"))
+            .spawn(drive(
+                node_stream,
+                node_api,
+                readiness.nodes.clone(),
+                "nodes",
+            ))
+            .abort_handle(),
+        runtime
+            .spawn(drive(
+                lr_stream,
+                lr_api,
+                readiness.limit_ranges.clone(),
+                "limitranges",
+            ))
             .abort_handle(),
         runtime
             .spawn(mark_when_ready(nodes, readiness.nodes.clone(), "nodes"))
@@ -157,15 +256,43 @@ fn strip_managed_fields<K: Resource>(obj: &mut K) {
     obj.managed_fields_mut().clear();
 }
 
-/// Polls a reflector stream forever, logging its errors (the backoff makes it retry).
-async fn drive<S, T>(stream: S, what: &'static str)
+/// Polls a reflector stream forever, keeping `health` up to date and logging failures (the
+/// backoff makes the watcher retry). While the watch fails, a one-item list every
+/// [`PROBE_INTERVAL`] tells when the API server answers again: a resumed watch is silent
+/// until something changes, so the stream alone cannot say it recovered.
+async fn drive<S, T, K>(stream: S, api: Api<K>, health: Arc<CacheHealth>, what: &'static str)
 where
     S: Stream<Item = Result<T, watcher::Error>>,
+    K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned,
 {
     let mut stream = std::pin::pin!(stream);
-    while let Some(item) = stream.next().await {
-        if let Err(err) = item {
-            tracing::warn!(resource = what, error = %err, "watch of the cluster failed; retrying with backoff");
+    loop {
+        let item = if health.failing_since().is_some() {
+            tokio::select! {
+                item = stream.next() => item,
+                () = tokio::time::sleep(PROBE_INTERVAL) => {
+                    if api.list_metadata(&ListParams::default().limit(1)).await.is_ok()
+                        && health.recovered()
+                    {
+                        tracing::info!(resource = what, "the API server answers again; watch resumed");
+                    }
+                    continue;
+                }
+            }
+        } else {
+            stream.next().await
+        };
+        match item {
+            None => break,
+            Some(Ok(_)) => {
+                if health.recovered() {
+                    tracing::info!(resource = what, "watch of the cluster resumed");
+                }
+            }
+            Some(Err(err)) => {
+                health.failed();
+                tracing::warn!(resource = what, error = %err, "watch of the cluster failed; retrying with backoff");
+            }
         }
     }
     tracing::warn!(
@@ -174,15 +301,15 @@ where
     );
 }
 
-/// Sets `flag` once `store` had its first full list.
-async fn mark_when_ready<K>(store: Store<K>, flag: Arc<AtomicBool>, what: &'static str)
+/// Marks `health` synced once `store` had its first full list.
+async fn mark_when_ready<K>(store: Store<K>, health: Arc<CacheHealth>, what: &'static str)
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     match store.wait_until_ready().await {
         Ok(()) => {
-            flag.store(true, Ordering::Release);
+            health.synced.store(true, Ordering::Release);
             tracing::info!(
                 resource = what,
                 objects = store.len(),
@@ -383,6 +510,10 @@ mod tests {
         let (node_store, mut node_writer) = reflector::store::<Node>();
         let (lr_store, mut lr_writer) = reflector::store::<LimitRange>();
         let readiness = CacheReadiness::default();
+        assert_eq!(
+            readiness.not_ready_reason().as_deref(),
+            Some("the Node cache has not had its first list yet")
+        );
         let nodes_task = tokio::spawn(mark_when_ready(
             node_store,
             readiness.nodes.clone(),
@@ -401,6 +532,44 @@ mod tests {
 
         fill(&mut lr_writer, vec![]);
         lr_task.await.unwrap();
+        assert!(readiness.is_ready());
+    }
+
+    #[test]
+    fn a_watch_failing_longer_than_the_grace_makes_the_caches_not_ready_until_it_recovers() {
+        let readiness = CacheReadiness::new(Duration::ZERO);
+        readiness.nodes.synced.store(true, Ordering::Release);
+        readiness.limit_ranges.synced.store(true, Ordering::Release);
+        assert!(readiness.is_ready());
+
+        readiness.limit_ranges.failed();
+        let reason = readiness.not_ready_reason().unwrap_or_default();
+        assert!(
+            reason.contains("LimitRange watch has been failing")
+                && reason.contains("list and watch"),
+            "{reason}"
+        );
+        assert!(readiness.limit_ranges.recovered());
+        assert!(
+            !readiness.limit_ranges.recovered(),
+            "only the first success reports recovery"
+        );
+        assert!(readiness.is_ready());
+    }
+
+    #[test]
+    fn a_watch_failing_within_the_grace_keeps_the_caches_ready() {
+        let readiness = CacheReadiness::new(Duration::from_secs(30));
+        readiness.nodes.synced.store(true, Ordering::Release);
+        readiness.limit_ranges.synced.store(true, Ordering::Release);
+        readiness.nodes.failed();
+        let first = readiness.nodes.failing_since();
+        readiness.nodes.failed();
+        assert_eq!(
+            readiness.nodes.failing_since(),
+            first,
+            "the clock starts at the first failure"
+        );
         assert!(readiness.is_ready());
     }
 

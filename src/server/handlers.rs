@@ -1,35 +1,64 @@
 //! Thin axum handlers: read the body, hand it to [`admission`] and the engine, answer.
-//! Every decodable review gets HTTP 200 with the decision in-band; only an unreadable body
-//! gets a 4xx, with a one-line reason.
+//! Every decodable review gets HTTP 200 with the decision in-band; anything else gets a 4xx
+//! with a one-line reason that says what was wrong and what to send instead, and is counted in
+//! `podmend_bad_requests_total{reason}`.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::State;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::BytesRejection;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt as _;
 
-use super::AppState;
+use super::{AppState, MAX_BODY_BYTES};
 use crate::admission::{self, AdmissionError, Decision, Webhook};
 use crate::config::Mode;
 
-pub async fn mutate(
-    state: State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    answer(&state, Webhook::Mutate, &headers, body)
+/// The API server sends a review's body right after its headers, and gives up on the webhook
+/// after at most 30 s; a body still arriving after this long is a stalled or hostile client.
+const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How much of a refused body is read and dropped so that an HTTP/1.1 client still sending
+/// it gets to read the answer instead of a connection reset; past this, the connection closes.
+const DISCARD_LIMIT: usize = 2 * MAX_BODY_BYTES;
+
+/// serde_json's nesting limit; deeper bodies fail to parse.
+const MAX_JSON_DEPTH: usize = 128;
+
+pub async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    answer(&state, Webhook::Mutate, request).await
 }
 
-pub async fn validate(
-    state: State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    answer(&state, Webhook::Validate, &headers, body)
+pub async fn validate(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    answer(&state, Webhook::Validate, request).await
+}
+
+/// `GET /mutate` and the like: the webhook paths only take POST.
+pub async fn wrong_method(State(state): State<Arc<AppState>>) -> Response {
+    state.metrics.bad_request("method");
+    let mut response = refuse(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "the webhook takes POST with an admission.k8s.io/v1 AdmissionReview; /healthz, \
+         /readyz and /metrics are served on the metrics port",
+    );
+    response
+        .headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
+/// Any path other than the webhook's.
+pub async fn unknown_path(State(state): State<Arc<AppState>>) -> Response {
+    state.metrics.bad_request("unknown-path");
+    refuse(
+        StatusCode::NOT_FOUND,
+        "no such path: the webhook serves POST /mutate and POST /validate; /healthz, /readyz \
+         and /metrics are served on the metrics port",
+    )
 }
 
 /// What the null webhook answers: a fixed v1 response that allows everything.
@@ -70,44 +99,62 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-fn answer(
-    state: &AppState,
-    webhook: Webhook,
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    let started = Instant::now();
-    if !is_json(headers) {
+async fn answer(state: &AppState, webhook: Webhook, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    if !is_json(&parts.headers) {
         state.metrics.bad_request("content-type");
+        discard(body, &parts.headers);
         return refuse(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "content type must be application/json (an admission.k8s.io/v1 AdmissionReview)",
         );
     }
-    let body = match body {
-        Ok(body) => body,
-        Err(rejection) => {
-            let status = rejection.status();
-            let reason = if status == StatusCode::PAYLOAD_TOO_LARGE {
-                state.metrics.bad_request("too-large");
-                format!(
-                    "body is larger than {} bytes; the API server never sends reviews that large",
-                    super::MAX_BODY_BYTES
-                )
-            } else {
-                state.metrics.bad_request("unreadable");
-                format!("cannot read body: {}", rejection.body_text())
-            };
-            return refuse(status, &reason);
+    let declared = declared_length(&parts.headers);
+    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+        // Refused before reading: a client that waits for `100 Continue` sends nothing.
+        state.metrics.bad_request("too-large");
+        discard(body, &parts.headers);
+        return refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large());
+    }
+    let mut chunks = body.into_data_stream();
+    let read = tokio::time::timeout(BODY_READ_TIMEOUT, read_body(&mut chunks, declared)).await;
+    let body = match read {
+        Ok(Ok(body)) => body,
+        Ok(Err(BodyError::TooLarge)) => {
+            state.metrics.bad_request("too-large");
+            discard_stream(chunks);
+            return refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large());
+        }
+        Ok(Err(BodyError::Unreadable(error))) => {
+            state.metrics.bad_request("unreadable");
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "cannot read the body ({error}); send the whole body, as long as its \
+                     Content-Length says"
+                ),
+            );
+        }
+        Err(_) => {
+            state.metrics.bad_request("body-timeout");
+            return refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "the body did not arrive within {} s; send it right after the headers",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            );
         }
     };
+    let started = Instant::now();
     // The engine does not panic on any input we know of; if it ever does, the caller
     // still gets a clean answer and the process keeps serving.
     match std::panic::catch_unwind(AssertUnwindSafe(|| review(state, webhook, &body, started))) {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => {
-            state.metrics.bad_request(bad_request_reason(&error));
-            refuse(StatusCode::BAD_REQUEST, &error.to_string())
+            let (reason, message) = explain(&error);
+            state.metrics.bad_request(reason);
+            refuse(StatusCode::BAD_REQUEST, &message)
         }
         Err(_) => {
             state.metrics.bad_request("internal-error");
@@ -118,6 +165,76 @@ fn answer(
             )
         }
     }
+}
+
+enum BodyError {
+    TooLarge,
+    Unreadable(axum::Error),
+}
+
+/// Reads the whole body, refusing it as soon as it passes [`MAX_BODY_BYTES`].
+async fn read_body(
+    chunks: &mut axum::body::BodyDataStream,
+    declared: Option<u64>,
+) -> Result<Vec<u8>, BodyError> {
+    // Reserve what the client announced, but not much on its word alone.
+    let reserve = declared.map_or(0, |length| length.min(1024 * 1024) as usize);
+    let mut body = Vec::with_capacity(reserve);
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(BodyError::Unreadable)?;
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(BodyError::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn too_large() -> String {
+    format!(
+        "body is larger than {MAX_BODY_BYTES} bytes; the API server never sends reviews that \
+         large (objects are capped at about 3 MiB)"
+    )
+}
+
+/// The Content-Length the client announced, if any (HTTP/1.1 chunked bodies have none).
+fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Drops a refused body without reading it when the client waits for `100 Continue` before
+/// sending it; otherwise reads the rest in the background (see [`discard_stream`]).
+fn discard(body: Body, headers: &HeaderMap) {
+    let expects_continue = headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"));
+    if !expects_continue {
+        discard_stream(body.into_data_stream());
+    }
+}
+
+/// Reads and drops the rest of a refused body, up to [`DISCARD_LIMIT`] bytes and
+/// [`BODY_READ_TIMEOUT`], so that an HTTP/1.1 client still sending it reads the answer
+/// instead of a connection reset.
+fn discard_stream(mut chunks: axum::body::BodyDataStream) {
+    tokio::spawn(async move {
+        let drain = async {
+            let mut read = 0;
+            while let Some(Ok(chunk)) = chunks.next().await {
+                read += chunk.len();
+                if read > DISCARD_LIMIT {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(BODY_READ_TIMEOUT, drain).await;
+    });
 }
 
 fn review(
@@ -186,15 +303,40 @@ fn metric_kind(kind: &str) -> &'static str {
         .map_or("other", |t| t.name)
 }
 
-fn bad_request_reason(error: &AdmissionError) -> &'static str {
-    match error {
+/// The metric reason and the answer's text for a body that is not a review we can answer.
+fn explain(error: &AdmissionError) -> (&'static str, String) {
+    let reason = match error {
+        AdmissionError::NotJson(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            return (
+                "too-deep",
+                format!(
+                    "body nests JSON deeper than {MAX_JSON_DEPTH} levels; AdmissionReviews of \
+                     the kinds podmend handles are never that deep"
+                ),
+            );
+        }
         AdmissionError::NotJson(_) => "not-json",
-        AdmissionError::NotAReview(_) | AdmissionError::WrongKind(_) => "not-a-review",
+        AdmissionError::UnsupportedVersion(version) if version.is_empty() => {
+            return (
+                "not-a-review",
+                "body is not an AdmissionReview: it has no apiVersion; send an \
+                 admission.k8s.io/v1 AdmissionReview"
+                    .to_string(),
+            );
+        }
+        AdmissionError::WrongKind(_) => {
+            return (
+                "not-a-review",
+                format!("{error}; send an admission.k8s.io/v1 AdmissionReview"),
+            );
+        }
+        AdmissionError::NotAReview(_) => "not-a-review",
         AdmissionError::UnsupportedVersion(_) => "unsupported-version",
         AdmissionError::MissingRequest => "missing-request",
         AdmissionError::MissingUid => "missing-uid",
         AdmissionError::UnknownOperation(_) => "unknown-operation",
-    }
+    };
+    (reason, error.to_string())
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

@@ -23,9 +23,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -74,10 +72,18 @@ pub struct ServeOptions {
     pub reload_interval: Duration,
     /// How long in-flight requests may take to finish after SIGTERM.
     pub shutdown_timeout: Duration,
+    /// How long, after SIGTERM, `/readyz` says no while requests are still accepted, so
+    /// that the Service's endpoints drop the pod before it stops listening.
+    pub shutdown_delay: Duration,
+    /// How long a Node/LimitRange watch may fail before `/readyz` says no.
+    pub cache_stale_after: Duration,
     /// `--tls-self-manage`: keep the certificate in a Secret and write it to `tls_cert`/`tls_key`.
     pub self_tls: Option<selftls::SelfTlsOptions>,
     /// Also serve [`paths::NULL`], the load generator's baseline.
     pub benchmark_null_route: bool,
+    /// `--client-ca`: only clients presenting a certificate signed by a CA in this PEM file
+    /// (the API server) complete the TLS handshake.
+    pub client_ca: Option<PathBuf>,
 }
 
 /// Why `/readyz` says no.
@@ -89,17 +95,16 @@ pub struct Readiness {
 }
 
 impl Readiness {
-    pub fn not_ready_reason(&self) -> Option<&'static str> {
+    pub fn not_ready_reason(&self) -> Option<String> {
         if self.shutting_down.load(Ordering::Relaxed) {
-            return Some("shutting down");
+            return Some("shutting down".to_string());
         }
         if self.certificate_pending.load(Ordering::Relaxed) {
-            return Some("no serving certificate yet (TLS self-management)");
+            return Some("no serving certificate yet (TLS self-management)".to_string());
         }
-        if self.caches.as_ref().is_some_and(|c| !c.is_ready()) {
-            return Some("node and LimitRange caches have not synced yet");
-        }
-        None
+        self.caches
+            .as_ref()
+            .and_then(CacheReadiness::not_ready_reason)
     }
 }
 
@@ -146,8 +151,15 @@ impl AppState {
 /// The webhook routes, without a socket (tests call it with `oneshot`).
 pub fn router(state: Arc<AppState>) -> Router {
     Router::new()
-        .route(paths::MUTATE, post(handlers::mutate))
-        .route(paths::VALIDATE, post(handlers::validate))
+        .route(
+            paths::MUTATE,
+            post(handlers::mutate).fallback(handlers::wrong_method),
+        )
+        .route(
+            paths::VALIDATE,
+            post(handlers::validate).fallback(handlers::wrong_method),
+        )
+        .fallback(handlers::unknown_path)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
@@ -189,7 +201,7 @@ pub async fn serve(
             if let Some(o) = &options.self_tls {
                 self_tls = Some(selftls::SelfTls::new(client.clone(), o.clone()));
             }
-            let (cluster, readiness) = watch::start(client);
+            let (cluster, readiness) = watch::start_with(client, options.cache_stale_after);
             tracing::info!("cluster look-ups on: watching Nodes and LimitRanges");
             (cluster, Some(readiness))
         }
@@ -249,7 +261,7 @@ pub async fn serve(
         }
     }
     let certs = Arc::new(CertStore::load(&options.tls_cert, &options.tls_key)?);
-    let tls_config = tls::server_config(certs.clone())?;
+    let tls_config = tls::webhook_server_config(certs.clone(), options.client_ca.as_deref())?;
     state.metrics.set_certificate_expiry(certs.not_after_unix());
     state
         .readiness
@@ -286,6 +298,7 @@ pub async fn serve(
         webhook_listener,
         TlsAcceptor::from(tls_config),
         app,
+        state.metrics.clone(),
         stop_rx,
         options.shutdown_timeout,
     );
@@ -295,8 +308,15 @@ pub async fn serve(
     if let Some(renewals) = renewals {
         renewals.abort();
     }
-    tracing::info!("shutting down: readiness off, finishing in-flight requests");
+    // Readiness drops first and requests keep being served for a while: the API server may
+    // still pick this pod from the Service's endpoints until they catch up.
     state.readiness.shutting_down.store(true, Ordering::Relaxed);
+    tracing::info!(
+        delay_s = options.shutdown_delay.as_secs_f64(),
+        "shutting down: readiness off, still serving while the Service's endpoints catch up"
+    );
+    tokio::time::sleep(options.shutdown_delay).await;
+    tracing::info!("no longer accepting connections; finishing in-flight requests");
     let _ = stop_tx.send(true);
     let _ = webhook.await;
     let _ = metrics_server.await;
@@ -312,20 +332,27 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 }
 
 /// Accepts TLS connections and serves HTTP/1.1 or HTTP/2 on each until told to stop, then
-/// waits (bounded) for the open connections to finish their requests.
+/// waits (bounded) for the open connections to finish their requests. Connections that fail
+/// before or at the HTTP level are counted by reason in `metrics`.
 async fn accept_loop(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     app: Router,
+    metrics: Arc<Metrics>,
     mut stop: tokio::sync::watch::Receiver<bool>,
     drain_timeout: Duration,
 ) {
-    let mut http = auto::Builder::new(TokioExecutor::new());
-    http.http1()
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
-    http.http2().timer(TokioTimer::new());
-    let http = Arc::new(http);
+        // hyper runs this timeout whenever it waits for a request head, idle keep-alive
+        // connections included: they are closed after it too.
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        // A client that sends a short body and shuts its sending side still reads the 400.
+        .half_close(true);
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2.timer(TokioTimer::new());
+    let (http1, http2) = (Arc::new(http1), Arc::new(http2));
     let graceful = GracefulShutdown::new();
     loop {
         let (tcp, peer) = tokio::select! {
@@ -340,24 +367,75 @@ async fn accept_loop(
         };
         let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(app.clone());
-        let http = http.clone();
+        let app = app.clone();
+        let (http1, http2) = (http1.clone(), http2.clone());
+        let metrics = metrics.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(error)) => {
-                    tracing::debug!(%peer, "TLS handshake failed: {error}");
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(tcp, &acceptor)).await
+            {
+                Ok(Handshake::Done(tls)) => tls,
+                Ok(Handshake::PlainHttp(tcp)) => {
+                    metrics.tls_handshake_failure("plain-http");
+                    tracing::debug!(%peer, "plain HTTP on the TLS port; answered 400");
+                    let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, answer_plain_http(tcp)).await;
+                    return;
+                }
+                Ok(Handshake::Failed(reason)) => {
+                    metrics.tls_handshake_failure(reason);
+                    tracing::debug!(%peer, reason, "TLS handshake failed");
                     return;
                 }
                 Err(_) => {
+                    metrics.tls_handshake_failure("timeout");
                     tracing::debug!(%peer, "TLS handshake timed out");
                     return;
                 }
             };
-            let connection = http.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            if let Err(error) = watcher.watch(connection.into_owned()).await {
-                tracing::debug!(%peer, "connection ended: {error}");
+            // Whether a request has come in: a header timeout after one is an idle
+            // keep-alive connection being closed, not a client failing to send its head.
+            let served = Arc::new(AtomicBool::new(false));
+            let service = {
+                let served = served.clone();
+                hyper::service::service_fn(move |request| {
+                    served.store(true, Ordering::Relaxed);
+                    tower_service::Service::call(&mut app.clone(), request)
+                })
+            };
+            // ALPN decides the protocol, so nothing waits for a client's first bytes without a
+            // timeout: HTTP/1.1's header read timeout runs from the handshake on.
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
+            let io = TokioIo::new(tls);
+            let ended = if h2 {
+                // hyper has no header timeout for HTTP/2: a client that sends no complete
+                // request within it is dropped here. Later idle periods are the API
+                // server's connection reuse and stay open.
+                let connection = watcher.watch(http2.serve_connection(io, service));
+                tokio::pin!(connection);
+                tokio::select! {
+                    ended = &mut connection => ended,
+                    _ = tokio::time::sleep(HEADER_READ_TIMEOUT) => {
+                        if !served.load(Ordering::Relaxed) {
+                            metrics.connection_error("header-timeout");
+                            tracing::debug!(%peer, "no HTTP/2 request in time; closed");
+                            return;
+                        }
+                        connection.await
+                    }
+                }
+            } else {
+                watcher.watch(http1.serve_connection(io, service)).await
+            };
+            match ended {
+                Ok(()) => {}
+                Err(error) if error.is_timeout() && served.load(Ordering::Relaxed) => {
+                    tracing::debug!(%peer, "idle keep-alive connection closed");
+                }
+                Err(error) => {
+                    let reason = connection_error_reason(&error);
+                    metrics.connection_error(reason);
+                    tracing::debug!(%peer, reason, "connection ended: {error}");
+                }
             }
         });
     }
@@ -367,6 +445,70 @@ async fn accept_loop(
         .is_err()
     {
         tracing::warn!("connections still open after {drain_timeout:?}; closing them");
+    }
+}
+
+/// How a connection's start went.
+enum Handshake {
+    Done(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
+    /// The client speaks plain HTTP: it gets a plain-HTTP 400 that says so, as Go's net/http
+    /// does, rather than a TLS alert it cannot read.
+    PlainHttp(tokio::net::TcpStream),
+    /// A `podmend_tls_handshake_failures_total` reason.
+    Failed(&'static str),
+}
+
+async fn handshake(tcp: tokio::net::TcpStream, acceptor: &TlsAcceptor) -> Handshake {
+    let mut first = [0u8; 1];
+    match tcp.peek(&mut first).await {
+        Ok(0) | Err(_) => return Handshake::Failed("closed"),
+        Ok(_) => {}
+    }
+    // A TLS connection starts with a handshake record (0x16); an HTTP request with its
+    // method in capitals.
+    if first[0].is_ascii_uppercase() {
+        return Handshake::PlainHttp(tcp);
+    }
+    match acceptor.accept(tcp).await {
+        Ok(tls) => Handshake::Done(Box::new(tls)),
+        Err(error) => Handshake::Failed(tls::handshake_failure_reason(&error)),
+    }
+}
+
+/// Writes the 400, then reads and drops what the client sent (bounded) before closing, so
+/// that the client reads the answer instead of a connection reset.
+async fn answer_plain_http(mut tcp: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    const BODY: &str = "this port speaks HTTPS (TLS), not plain HTTP: use an https:// URL; \
+                        /healthz, /readyz and /metrics are plain HTTP on the metrics port\n";
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    if tcp.write_all(answer.as_bytes()).await.is_err() || tcp.shutdown().await.is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    let mut left: usize = 64 * 1024;
+    while left > 0 {
+        match tcp.read(&mut sink).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+}
+
+/// Why an HTTP connection ended in an error, as a `podmend_connection_errors_total` reason.
+fn connection_error_reason(error: &hyper::Error) -> &'static str {
+    if error.is_timeout() {
+        "header-timeout"
+    } else if error.is_parse() || error.is_parse_too_large() {
+        "malformed-http"
+    } else if error.is_incomplete_message() {
+        "incomplete"
+    } else {
+        "other"
     }
 }
 

@@ -246,6 +246,10 @@ def cases() -> dict[str, dict[str, Any]]:
             "logLevel": "info,podmend=debug",
         },
         "existing-service-account": {"serviceAccount": {"create": False, "name": "podmend-sa"}},
+        "client-ca-secret": {"tls": {"clientCA": {"secretName": "apiserver-client-ca"}}},
+        "client-ca-configmap-certManager": {
+            "tls": {"mode": "certManager", "clientCA": {"configMapName": "apiserver-client-ca", "key": "client-ca.pem"}}
+        },
         "no-rbac": {"rbac": {"create": False}},
     }
 
@@ -592,7 +596,9 @@ def test_the_deployment_is_hardened_and_highly_available(rendered):
     assert volumes["config"]["configMap"]["name"] == config_maps[0]["metadata"]["name"]
     assert "subPath" not in json.dumps(container["volumeMounts"]), "subPath mounts never see updates"
     assert flag("--shutdown-seconds") == str(values["shutdownSeconds"])
-    assert values["shutdownSeconds"] < pod["terminationGracePeriodSeconds"]
+    assert flag("--shutdown-delay-seconds") == str(values["shutdownDelaySeconds"])
+    assert flag("--cache-stale-seconds") == str(values["cacheStaleSeconds"])
+    assert values["shutdownDelaySeconds"] + values["shutdownSeconds"] < pod["terminationGracePeriodSeconds"]
 
     # the ServiceAccount the pods run as is the one RBAC binds
     account = pod["serviceAccountName"]
@@ -701,6 +707,27 @@ def test_tls_mode_wiring(rendered):
         assert base64.b64decode(tls["secret"]["caBundle"]).startswith(b"-----BEGIN CERTIFICATE-----")
 
 
+def test_client_ca_wiring(rendered):
+    _, values, docs, _, _ = rendered
+    client_ca = values["tls"]["clientCA"]
+    deployment = one(docs, "Deployment")
+    container = one_container(deployment)
+    flags = [a for a in container["args"] if a.startswith("--client-ca")]
+    mounts = [m for m in container["volumeMounts"] if m["name"] == "client-ca"]
+    volumes = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "client-ca"]
+    if not (client_ca["secretName"] or client_ca["configMapName"]):
+        assert not flags and not mounts and not volumes
+        return
+    assert flags == ["--client-ca=/etc/podmend/client-ca/ca.crt"]
+    assert mounts == [{"name": "client-ca", "mountPath": "/etc/podmend/client-ca", "readOnly": True}]
+    items = [{"key": client_ca["key"], "path": "ca.crt"}]
+    if client_ca["secretName"]:
+        # Not optional: without the CA podmend would refuse to start rather than serve open.
+        assert volumes == [{"name": "client-ca", "secret": {"secretName": client_ca["secretName"], "items": items}}]
+    else:
+        assert volumes == [{"name": "client-ca", "configMap": {"name": client_ca["configMapName"], "items": items}}]
+
+
 def test_optional_monitoring_objects(rendered):
     _, values, docs, _, _ = rendered
     assert bool(by_kind(docs, "ServiceMonitor")) == values["metrics"]["serviceMonitor"]["enabled"]
@@ -756,6 +783,8 @@ def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
                      ["/webhook/namespaceSelector/matchExpressions/0/operator"], id="selector-operator"),
         pytest.param({"image": {"digest": "latest"}}, ["/image/digest"], id="digest"),
         pytest.param({"securityContext": {"runAsUsr": 1}}, ["/securityContext", "runAsUsr"], id="security-context-typo"),
+        pytest.param({"tls": {"clientCA": {"secretName": "Client_CA"}}}, ["/tls/clientCA/secretName"], id="client-ca-secret-name"),
+        pytest.param({"tls": {"clientCA": {"key": "ca/crt"}}}, ["/tls/clientCA/key"], id="client-ca-key"),
     ],
 )
 def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
@@ -769,10 +798,13 @@ def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
     [
         pytest.param({"replicaCount": 1, "webhook": {"failurePolicy": "Fail"}, "podDisruptionBudget": {"enabled": False}},
                      "failurePolicy Fail with replicaCount 1", id="fail-single-replica-no-pdb"),
-        pytest.param({"shutdownSeconds": 30}, "shutdownSeconds (30) must be below terminationGracePeriodSeconds (30)", id="shutdown-vs-grace"),
+        pytest.param({"shutdownSeconds": 30}, "shutdownDelaySeconds + shutdownSeconds (5 + 30) must be below terminationGracePeriodSeconds (30)", id="shutdown-vs-grace"),
+        pytest.param({"shutdownDelaySeconds": 10}, "shutdownDelaySeconds + shutdownSeconds (10 + 20) must be below terminationGracePeriodSeconds (30)", id="shutdown-delay-vs-grace"),
         pytest.param({"tls": {"secret": {"name": "x"}}}, "tls.secret.* is only used with tls.mode secret", id="secret-values-in-self-mode"),
         pytest.param({"podDisruptionBudget": {"minAvailable": 3}}, "minAvailable (3) is above replicaCount (2)", id="pdb-above-replicas"),
         pytest.param({"serviceAccount": {"create": False}}, "serviceAccount.create is false", id="rbac-without-account"),
+        pytest.param({"tls": {"clientCA": {"secretName": "a", "configMapName": "b"}}},
+                     "tls.clientCA: set secretName or configMapName, not both", id="client-ca-from-both"),
         pytest.param({"tls": {"self": {"validityDays": 30, "renewBeforeDays": 30}}},
                      "tls.self.renewBeforeDays (30) must be below tls.self.validityDays (30)", id="renew-before-validity"),
     ],

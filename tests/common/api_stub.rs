@@ -52,6 +52,8 @@ struct Shared {
     state: Mutex<StubState>,
     /// The latest resourceVersion; watch streams wake up when it moves.
     changed: watch::Sender<u64>,
+    /// Bumped by [`ApiStub::cut_watches`]: every open watch stream breaks off.
+    cuts: watch::Sender<u64>,
 }
 
 struct StubState {
@@ -125,6 +127,7 @@ impl ApiStub {
                 failing: false,
             }),
             changed,
+            cuts: watch::channel(0).0,
         });
 
         let (ca_pem, server_config) = tls_material();
@@ -298,6 +301,12 @@ impl ApiStub {
     /// Status; open watch streams are not cut.
     pub fn set_failing(&self, failing: bool) {
         self.shared.lock().failing = failing;
+    }
+
+    /// Breaks off every open watch stream mid-body, as a dropped connection or an API server
+    /// restart would: the client sees the response body fail, not a clean end.
+    pub fn cut_watches(&self) {
+        self.shared.cuts.send_modify(|n| *n += 1);
     }
 
     /// The current resourceVersion of the stub's "etcd".
@@ -949,6 +958,7 @@ struct Watch {
     last_rv: u64,
     pending: VecDeque<Bytes>,
     changed: watch::Receiver<u64>,
+    cuts: watch::Receiver<u64>,
     deadline: Option<Instant>,
 }
 
@@ -975,6 +985,8 @@ fn watch_response(
 
     let mut changed = shared.changed.subscribe();
     changed.borrow_and_update();
+    let mut cuts = shared.cuts.subscribe();
+    cuts.borrow_and_update();
     let mut pending = VecDeque::new();
     let last_rv = {
         let state = shared.lock();
@@ -1026,12 +1038,13 @@ fn watch_response(
         last_rv,
         pending,
         changed,
+        cuts,
         deadline,
     };
     let body = stream::unfold(watch, |mut w| async move {
         loop {
             if let Some(line) = w.pending.pop_front() {
-                return Some((Ok::<_, std::convert::Infallible>(line), w));
+                return Some((Ok::<_, std::io::Error>(line), w));
             }
             w.changed.borrow_and_update();
             {
@@ -1057,6 +1070,10 @@ fn watch_response(
             };
             tokio::select! {
                 res = w.changed.changed() => if res.is_err() { return None },
+                _ = w.cuts.changed() => {
+                    let cut = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "watch cut by the test");
+                    return Some((Err(cut), w));
+                }
                 () = sleep => return None,
             }
         }

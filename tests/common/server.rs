@@ -31,6 +31,10 @@ pub struct Options {
     pub wait_ready: bool,
     /// Directory holding `tls.crt` and `tls.key`; fresh `podmend certs` output when `None`.
     pub tls_dir: Option<PathBuf>,
+    /// `--shutdown-delay-seconds` (0 unless a test is about the delay).
+    pub shutdown_delay_seconds: u64,
+    /// `--cache-stale-seconds`; 30 (the default) when `None`.
+    pub cache_stale_seconds: Option<u64>,
 }
 
 fn free_port() -> SocketAddr {
@@ -70,6 +74,14 @@ impl Server {
             .arg("--tls-key")
             .arg(tls_dir.join("tls.key"))
             .args(["--reload-seconds", "1", "--shutdown-seconds", "5"])
+            .args([
+                "--shutdown-delay-seconds",
+                &options.shutdown_delay_seconds.to_string(),
+            ])
+            .args([
+                "--cache-stale-seconds",
+                &options.cache_stale_seconds.unwrap_or(30).to_string(),
+            ])
             .arg("--kubeconfig")
             .arg(
                 options
@@ -184,16 +196,26 @@ impl Server {
 
     /// Sends SIGTERM and waits for the process to exit; returns whether it exited cleanly.
     pub fn terminate(&mut self) -> bool {
+        self.send_sigterm();
+        self.wait_exit(Duration::from_secs(15)) == Some(true)
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn send_sigterm(&self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(15);
+    }
+
+    /// Waits up to `timeout` for the process to exit: `Some(clean)`, or `None` if it runs on.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<bool> {
+        let deadline = Instant::now() + timeout;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                return status.success();
+                return Some(status.success());
             }
             if Instant::now() > deadline {
-                return false;
+                return None;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
