@@ -73,6 +73,8 @@ mod phase;
 mod report;
 #[path = "load/server.rs"]
 mod server;
+#[path = "load/soak.rs"]
+mod soak;
 #[path = "load/timer.rs"]
 mod timer;
 
@@ -834,7 +836,11 @@ fn main() -> ExitCode {
     if !options.bench {
         return smoke(&options);
     }
-    match bench(&options) {
+    let run = match options.soak {
+        Some(total) => soak::soak(&options, total, options.sample),
+        None => bench(&options),
+    };
+    match run {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("load: {e:#}");

@@ -95,6 +95,10 @@ pub struct Options {
     pub client_threads: usize,
     pub json: Option<PathBuf>,
     pub server_bin: PathBuf,
+    /// `--soak SECS`: one long mutate-only run instead of the benchmark.
+    pub soak: Option<Duration>,
+    /// `--sample SECS`: the soak's slice, after which RSS is read.
+    pub sample: Duration,
     /// libtest-style name filters (substring, or whole name with `--exact`).
     pub filters: Vec<String>,
     pub exact: bool,
@@ -119,6 +123,10 @@ usage: cargo bench --bench load -- [OPTIONS] [FILTER...]
   --client-threads N       the load generator's runtime threads (default 1)
   --json FILE              also write every figure as JSON
   --server-bin PATH        the podmend binary to run (default: the one cargo built)
+  --soak SECS              instead of the benchmark: mutate only, at --rate, for SECS, in slices
+                           of --sample SECS (default 10) rotating over the scenario/protocol
+                           pairs; prints each slice with the server's RSS; any error fails
+  --sample SECS            the soak's slice length
   FILTER                   only scenario/protocol pairs whose name (e.g. pod-small/h2) contains it
 
 Without --bench (cargo test), a short smoke run checks every scenario, h1 and h2, null and
@@ -171,6 +179,8 @@ impl Options {
             client_threads: 1,
             json: None,
             server_bin: PathBuf::from(env!("CARGO_BIN_EXE_podmend")),
+            soak: None,
+            sample: Duration::from_secs(10),
             filters: Vec::new(),
             exact: false,
             ignored: Vec::new(),
@@ -240,6 +250,8 @@ impl Options {
                 "--timeout" => o.timeout = seconds(&name, &value(&mut it)?, false)?,
                 "--json" => o.json = Some(PathBuf::from(value(&mut it)?)),
                 "--server-bin" => o.server_bin = PathBuf::from(value(&mut it)?),
+                "--soak" => o.soak = Some(seconds(&name, &value(&mut it)?, false)?),
+                "--sample" => o.sample = seconds(&name, &value(&mut it)?, false)?,
                 n if LIBTEST_FLAGS.contains(&n) => {}
                 n if LIBTEST_OPTIONS.contains(&n) => {
                     value(&mut it)?;
