@@ -376,8 +376,7 @@ async fn unreadable_requests_get_a_clear_4xx_and_the_server_stays_healthy() {
     let (status, text) = send("application/json", v1beta1).await;
     assert_eq!(status, 400);
     assert!(text.contains("admissionReviewVersions"), "{text}");
-    // Over HTTP/1.1 the server answers 413 before the client has sent the whole body and
-    // closes; HTTP/2 lets the client read that answer, so this case uses HTTP/2.
+    // tests/bad_input.rs covers the same over HTTP/1.1 (declared, chunked, 100-continue).
     let response = server
         .client(H2)
         .post(server.url("/mutate"))
