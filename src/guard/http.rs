@@ -244,9 +244,11 @@ impl ResponseHead {
         })
     }
 
-    /// How the response body is framed, given the request method (RFC 9112 §6.3).
+    /// How the response body is framed, given the request method (RFC 9112 §6.3). Methods
+    /// are case-sensitive: Go's server answers `head` (not `HEAD`) with a body, so only
+    /// `HEAD` has none, or the guard would take that body for the next response.
     pub fn body_length(&self, request_method: &str) -> Result<BodyLength, FramingError> {
-        if request_method.eq_ignore_ascii_case("HEAD")
+        if request_method == "HEAD"
             || (100..200).contains(&self.status)
             || self.status == 204
             || self.status == 304
@@ -871,6 +873,12 @@ mod tests {
         );
         let ping = response("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n");
         assert_eq!(ping.body_length("HEAD").unwrap(), BodyLength::Empty);
+        // dockerd answers `head /_ping` with a 404 and its JSON body: relay the body.
+        let not_found = response("HTTP/1.1 404 Not Found\r\nContent-Length: 29\r\n\r\n");
+        assert_eq!(
+            not_found.body_length("head").unwrap(),
+            BodyLength::Length(29)
+        );
         assert_eq!(ping.body_length("GET").unwrap(), BodyLength::Length(2));
         let logs = response("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
         assert_eq!(logs.body_length("GET").unwrap(), BodyLength::Chunked);

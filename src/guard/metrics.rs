@@ -17,6 +17,9 @@ use super::policy::Decision;
 #[derive(Debug, Default)]
 pub struct GuardMetrics {
     creates: [AtomicU64; Decision::ALL.len()],
+    /// Swarm requests: refused, and passed on under `audit`.
+    swarm_refused: AtomicU64,
+    swarm_audited: AtomicU64,
     reaped: AtomicU64,
     upstream_errors: AtomicU64,
 }
@@ -40,6 +43,24 @@ impl GuardMetrics {
             .iter()
             .position(|d| *d == decision)
             .map_or(0, |i| self.creates[i].load(Ordering::Relaxed))
+    }
+
+    /// One swarm request (`swarm init/join`, `service create/update`), refused or passed on.
+    pub fn swarm_request(&self, refused: bool) {
+        let counter = if refused {
+            &self.swarm_refused
+        } else {
+            &self.swarm_audited
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn swarm_requests(&self, refused: bool) -> u64 {
+        if refused {
+            self.swarm_refused.load(Ordering::Relaxed)
+        } else {
+            self.swarm_audited.load(Ordering::Relaxed)
+        }
     }
 
     /// Containers removed at shutdown.
@@ -72,12 +93,18 @@ impl GuardMetrics {
         }
         let _ = write!(
             out,
-            "# HELP podmend_guard_containers_reaped_total Containers the guard removed at shutdown.\n\
+            "# HELP podmend_guard_swarm_requests_total Swarm init/join and service create/update requests, by decision (deny: refused, audit: passed on).\n\
+             # TYPE podmend_guard_swarm_requests_total counter\n\
+             podmend_guard_swarm_requests_total{{decision=\"deny\"}} {}\n\
+             podmend_guard_swarm_requests_total{{decision=\"audit\"}} {}\n\
+             # HELP podmend_guard_containers_reaped_total Containers the guard removed at shutdown.\n\
              # TYPE podmend_guard_containers_reaped_total counter\n\
              podmend_guard_containers_reaped_total {}\n\
              # HELP podmend_guard_upstream_errors_total Connections to the Docker daemon that failed.\n\
              # TYPE podmend_guard_upstream_errors_total counter\n\
              podmend_guard_upstream_errors_total {}\n",
+            self.swarm_refused.load(Ordering::Relaxed),
+            self.swarm_audited.load(Ordering::Relaxed),
             self.reaped.load(Ordering::Relaxed),
             self.upstream_errors.load(Ordering::Relaxed),
         );
@@ -125,6 +152,9 @@ mod tests {
         metrics.create(Decision::RestartPolicy);
         metrics.reaped(3);
         metrics.upstream_error();
+        metrics.swarm_request(true);
+        metrics.swarm_request(true);
+        metrics.swarm_request(false);
         let text = metrics.render();
         assert!(
             text.contains("podmend_guard_creates_total{decision=\"rm\"} 2\n"),
@@ -146,6 +176,15 @@ mod tests {
             text.contains("podmend_guard_upstream_errors_total 1\n"),
             "{text}"
         );
+        assert!(
+            text.contains("podmend_guard_swarm_requests_total{decision=\"deny\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("podmend_guard_swarm_requests_total{decision=\"audit\"} 1\n"),
+            "{text}"
+        );
         assert_eq!(metrics.creates(Decision::Rm), 2);
+        assert_eq!(metrics.swarm_requests(true), 2);
     }
 }

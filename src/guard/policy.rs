@@ -1,6 +1,6 @@
-//! The guard's decision, as pure functions: which requests are container creates (on the
-//! *normalised* path, so spelling tricks do not bypass it) and what happens to a create body
-//! under each policy. No I/O: the proxy asks, this module answers.
+//! The guard's decision, as pure functions: which requests are container creates, swarm
+//! requests or builds (on the *normalised* path, so spelling tricks do not bypass it) and what
+//! happens to each under each policy. No I/O: the proxy asks, this module answers.
 
 use std::fmt;
 
@@ -133,7 +133,64 @@ pub fn is_container_create(method: &str, target: &str) -> bool {
     method.eq_ignore_ascii_case("POST") && normalise_path(target) == "/containers/create"
 }
 
-/// The request path as the guard judges it: scheme and authority of an absolute-form target
+/// What `rm`, `deny` and `reap` answer to swarm requests, and the docker CLI prints.
+pub const SWARM_MESSAGE: &str = "podmend: swarm mode is refused on this CI runner (docker swarm init/join, docker service create/update): swarm services create containers the guard cannot label or remove, and swarm restarts them forever; ask the cluster admin to set the pod annotation podmend.io/dind-policy to audit to allow it";
+
+/// What `rm`, `deny` and `reap` answer to a build whose body is a form.
+pub const BUILD_FORM_MESSAGE: &str = "podmend guard: a build (POST /build) whose body is a form is refused: form fields could keep the builder's intermediate containers, which the guard cannot label or remove; send the build context as application/x-tar, as the docker CLI does";
+
+/// Whether `policy` stops what the guard cannot label or remove (swarm services, a build's
+/// intermediate containers): every policy but `audit`.
+pub fn enforces_removal(policy: Policy) -> bool {
+    policy != Policy::Audit
+}
+
+/// Whether `method target` enters swarm mode or creates or updates a swarm service
+/// (`POST /swarm/init`, `/swarm/join`, `/services/create`, `/services/{id}/update`), on
+/// [`normalise_path`] as for creates. Service containers are made by swarm inside the daemon,
+/// never through `/containers/create`: they carry no owner label and are restarted forever.
+pub fn is_swarm_request(method: &str, target: &str) -> bool {
+    if !method.eq_ignore_ascii_case("POST") {
+        return false;
+    }
+    let path = normalise_path(target);
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    match segments.as_slice() {
+        ["swarm", "init" | "join"] | ["services", "create"] => true,
+        // An id with an encoded `/` decodes to more segments: refused too (dockerd 404s it).
+        ["services", id @ .., "update"] => !id.is_empty(),
+        _ => false,
+    }
+}
+
+/// Whether `method target` is an image build (`POST /build`), on [`normalise_path`].
+pub fn is_build(method: &str, target: &str) -> bool {
+    method.eq_ignore_ascii_case("POST") && normalise_path(target) == "/build"
+}
+
+/// The build target with `rm=1&forcerm=1` first in its query, so the classic builder removes
+/// its intermediate containers (made inside the daemon, without the owner label) even after a
+/// failed step. dockerd reads each option with Go's `FormValue`, the first value given, so
+/// whatever follows (`rm=0`, `r%6D=0`, `;rm=0` for older Go) is not read; Go's query is
+/// everything after the first `?`. BuildKit (`version=2`) ignores both.
+pub fn build_target_removing_intermediates(target: &str) -> String {
+    const FIRST: &str = "rm=1&forcerm=1";
+    match target.split_once('?') {
+        Some((path, query)) => format!("{path}?{FIRST}&{query}"),
+        None => format!("{target}?{FIRST}"),
+    }
+}
+
+/// Whether a `Content-Type` value makes Go parse the body as form fields (urlencoded or
+/// multipart), which `FormValue` would read before or beside the query. Lenient on purpose:
+/// any media type naming a form counts.
+pub fn is_form_content_type(value: &[u8]) -> bool {
+    let value = String::from_utf8_lossy(value);
+    let media_type = value.split(';').next().unwrap_or_default();
+    media_type.trim().to_lowercase().contains("form")
+}
+
+/// The request path as the guard judges it: a scheme and authority (as Go's server reads them)
 /// dropped, query dropped, percent-decoded (until stable), lower case, `.`/`..` resolved,
 /// duplicate and trailing slashes removed, and any `/vX.Y` API version prefix stripped.
 pub fn normalise_path(target: &str) -> String {
@@ -174,23 +231,28 @@ fn is_version_segment(segment: &str) -> bool {
     })
 }
 
-/// `http://docker/containers/create` → `/containers/create` (Go's server takes absolute-form).
+/// Drops a scheme and authority the way Go's `url.ParseRequestURI` does, so the guard judges
+/// the path dockerd routes: `http://docker/containers/create` and also `http:/containers/create`
+/// or `x:/v1.41/containers/create` (a scheme with no authority) are `/containers/create`.
+/// A scheme is `[A-Za-z][A-Za-z0-9+.-]*` before the first `:`; an authority follows only as `//`.
 fn strip_authority(target: &str) -> &str {
-    let Some(colon) = target.find("://") else {
+    let Some(colon) = target.find(':') else {
         return target;
     };
     let scheme = &target[..colon];
-    let is_scheme = !scheme.is_empty()
-        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+    let is_scheme = scheme.starts_with(|c: char| c.is_ascii_alphabetic())
         && scheme
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
     if !is_scheme {
         return target;
     }
-    let rest = &target[colon + 3..];
-    match rest.find(['/', '?']) {
-        Some(slash) => &rest[slash..],
+    let rest = &target[colon + 1..];
+    let Some(authority_and_path) = rest.strip_prefix("//") else {
+        return rest;
+    };
+    match authority_and_path.find(['/', '?']) {
+        Some(slash) => &authority_and_path[slash..],
         None => "/",
     }
 }
@@ -453,6 +515,140 @@ mod tests {
         ];
         for (method, target) in others {
             assert!(!is_container_create(method, target), "{method} {target}");
+        }
+    }
+
+    #[test]
+    fn a_scheme_without_an_authority_is_dropped_as_go_does() {
+        // Go's url.ParseRequestURI keeps the path after `scheme:`, so dockerd 20.10 creates a
+        // container for `http:/containers/create`: relayed unjudged before. (The opaque
+        // `http:containers/create` it redirects; judging it too costs nothing.)
+        for target in [
+            "http:/containers/create",
+            "HTTP:/containers/create",
+            "x:/v1.41/containers/create",
+            "v1.41:/containers/create?name=y",
+            "a+b.c-d:/containers/create",
+            "http:///containers/create",
+            "http:containers/create",
+        ] {
+            assert!(is_container_create("POST", target), "{target}");
+        }
+        for target in [
+            "/x?y=http://docker/containers/create",
+            "/x:/containers/create",
+            "http://docker?/containers/create",
+            "1x:/containers/create/more",
+        ] {
+            assert!(!is_container_create("POST", target), "{target}");
+        }
+    }
+
+    #[test]
+    fn swarm_requests_are_recognised_however_they_are_spelled() {
+        let swarm = [
+            "/swarm/init",
+            "/v1.41/swarm/init",
+            "/V1.41/SWARM/Init",
+            "//swarm//join/",
+            "/swarm%2Fjoin",
+            "/swarm%252Finit",
+            "/%73warm/init?x=1",
+            "http://docker/v1.41/services/create",
+            "x:/services/create",
+            "/v1.41/services/create?name=x",
+            "/services/abc123/update?version=12",
+            "/v1.41/Services/ABC/Update",
+            "/services/a%2Fb/update",
+            "/services/create/update",
+            "/services/./x/../y/update",
+        ];
+        for target in swarm {
+            assert!(is_swarm_request("POST", target), "{target}");
+            assert!(is_swarm_request("post", target), "{target}");
+            assert!(!is_container_create("POST", target), "{target}");
+        }
+        let others = [
+            ("GET", "/swarm"),
+            ("POST", "/swarm/leave"),
+            ("POST", "/swarm/update"),
+            ("POST", "/swarm/unlock"),
+            ("GET", "/swarm/init"),
+            ("GET", "/services"),
+            ("DELETE", "/services/abc"),
+            ("POST", "/services/update"),
+            ("POST", "/services//update"),
+            ("POST", "/services/abc/updates"),
+            ("POST", "/x/services/create"),
+            ("POST", "/services/create-x"),
+            ("POST", "/containers/create"),
+        ];
+        for (method, target) in others {
+            assert!(!is_swarm_request(method, target), "{method} {target}");
+        }
+    }
+
+    #[test]
+    fn swarm_requests_are_refused_under_every_policy_but_audit() {
+        assert!(enforces_removal(Policy::Rm));
+        assert!(enforces_removal(Policy::Deny));
+        assert!(enforces_removal(Policy::Reap));
+        assert!(!enforces_removal(Policy::Audit));
+        for needle in [
+            "swarm",
+            "cannot label or remove",
+            "podmend.io/dind-policy",
+            "audit",
+        ] {
+            assert!(SWARM_MESSAGE.contains(needle), "{needle}");
+        }
+    }
+
+    #[test]
+    fn builds_get_rm_and_forcerm_first_in_their_query() {
+        for (target, expected) in [
+            ("/v1.41/build", "/v1.41/build?rm=1&forcerm=1"),
+            ("/build?t=x&rm=0", "/build?rm=1&forcerm=1&t=x&rm=0"),
+            ("/build?", "/build?rm=1&forcerm=1&"),
+            (
+                "http://docker/build?r%6D=0&forcerm=0",
+                "http://docker/build?rm=1&forcerm=1&r%6D=0&forcerm=0",
+            ),
+            ("/build?a=1?rm=0", "/build?rm=1&forcerm=1&a=1?rm=0"),
+        ] {
+            assert!(is_build("POST", target), "{target}");
+            assert_eq!(build_target_removing_intermediates(target), expected);
+        }
+        for target in ["/BUILD", "/v1.41//build/", "/%62uild", "x:/build"] {
+            assert!(is_build("post", target), "{target}");
+        }
+        for (method, target) in [
+            ("POST", "/build/prune"),
+            ("POST", "/build/cancel"),
+            ("GET", "/build"),
+            ("POST", "/builds"),
+        ] {
+            assert!(!is_build(method, target), "{method} {target}");
+        }
+    }
+
+    #[test]
+    fn form_content_types_are_recognised_leniently() {
+        for value in [
+            &b"application/x-www-form-urlencoded"[..],
+            b"Application/X-WWW-Form-Urlencoded; charset=utf-8",
+            b" multipart/form-data; boundary=x",
+            b"MULTIPART/FORM-DATA",
+        ] {
+            assert!(is_form_content_type(value), "{value:?}");
+        }
+        for value in [
+            &b"application/x-tar"[..],
+            b"application/octet-stream",
+            b"",
+            b"application/x-tar; name=form",
+        ] {
+            assert!(!is_form_content_type(value), "{value:?}");
         }
     }
 

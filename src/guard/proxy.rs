@@ -1,7 +1,8 @@
 //! One client connection of the guard: every request on it relayed in turn over one daemon
-//! connection (bodies streamed both ways, no body timeout), container creates judged by
-//! [`policy`](super::policy), and upgraded (`101`) or hijacked (`200` then raw) connections
-//! relayed byte for byte with half-close. Never panics on input; errors end the connection.
+//! connection (bodies streamed both ways, no body timeout), container creates, swarm requests
+//! and builds judged by [`policy`](super::policy), and upgraded (`101`) or hijacked (`200`
+//! then raw) connections relayed byte for byte with half-close. Never panics on input; errors
+//! end the connection.
 
 use std::io;
 use std::sync::Arc;
@@ -16,7 +17,9 @@ use super::http::{
     ResponseHead,
 };
 use super::metrics::GuardMetrics;
-use super::policy::{self, DENY_MESSAGE, MAX_CREATE_BODY, Outcome, Policy};
+use super::policy::{
+    self, BUILD_FORM_MESSAGE, DENY_MESSAGE, MAX_CREATE_BODY, Outcome, Policy, SWARM_MESSAGE,
+};
 use super::upstream::{BoxStream, Upstream};
 
 /// How long a closing connection keeps reading what the client still sends, so the client
@@ -122,6 +125,36 @@ async fn run(
                 }
             };
         let close_after = request.wants_close();
+
+        if policy::is_swarm_request(&request.method, &request.target) {
+            let refused = policy::enforces_removal(shared.policy);
+            shared.metrics.swarm_request(refused);
+            tracing::info!(
+                path = %request.target,
+                policy = %shared.policy,
+                refused,
+                "swarm request"
+            );
+            if refused {
+                // The body is not read: closing is simpler than framing it away.
+                reply(client_out, 403, SWARM_MESSAGE, true).await?;
+                return Ok(Next::Close);
+            }
+        } else if policy::is_build(&request.method, &request.target)
+            && policy::enforces_removal(shared.policy)
+        {
+            if request
+                .headers
+                .all("content-type")
+                .any(policy::is_form_content_type)
+            {
+                tracing::info!(path = %request.target, "build with a form body refused");
+                reply(client_out, 400, BUILD_FORM_MESSAGE, true).await?;
+                return Ok(Next::Close);
+            }
+            request.target = policy::build_target_removing_intermediates(&request.target);
+            tracing::debug!(path = %request.target, "build: intermediate containers removed");
+        }
 
         let mut create_body = None;
         let mut streamed_body = body_length;
@@ -504,6 +537,180 @@ pub fn json_response(status: u16, message: &str, close: bool) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    use tokio::io::AsyncReadExt as _;
+
+    use super::super::upstream::Address;
+
+    /// A daemon on a Unix socket that records every request head (and body) it is sent and
+    /// answers each `200 {}`.
+    async fn recording_daemon(socket: &std::path::Path) -> Arc<Mutex<Vec<String>>> {
+        let listener = tokio::net::UnixListener::bind(socket).expect("bind the daemon socket");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let record = Arc::clone(&record);
+                tokio::spawn(async move {
+                    let (read, mut write) = tokio::io::split(stream);
+                    let mut reader = Reader::new(read);
+                    while let Ok(Some(head)) = reader.read_head().await {
+                        let request = RequestHead::parse(&head).expect("a request the guard sent");
+                        let length = request.body_length().expect("framed");
+                        let body = reader.read_body(length, 1 << 20).await.expect("a body");
+                        let mut text = String::from_utf8_lossy(&head).into_owned();
+                        text.push_str(&String::from_utf8_lossy(&body));
+                        record.lock().expect("record").push(text);
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+                        if write.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        seen
+    }
+
+    /// Sends `request` (ending with `Connection: close`) through a guard under `policy` to a
+    /// recording daemon: the guard's answers, what reached the daemon, the guard's metrics.
+    async fn through_guard(
+        policy: Policy,
+        request: &str,
+    ) -> (String, Vec<String>, Arc<GuardMetrics>) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("daemon.sock");
+        let seen = recording_daemon(&socket).await;
+        let metrics = Arc::new(GuardMetrics::new());
+        let shared = Arc::new(Shared {
+            upstream: Upstream::new(Address::Unix(socket), None).expect("upstream"),
+            policy,
+            owner_pod_uid: "uid-1".to_string(),
+            metrics: Arc::clone(&metrics),
+            shutting_down: AtomicBool::new(false),
+        });
+        let (mut client, guard_side) = tokio::io::duplex(1 << 16);
+        let served = tokio::spawn(serve_connection(Box::pin(guard_side), shared));
+        client.write_all(request.as_bytes()).await.expect("send");
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+            .await
+            .expect("the guard answers and closes")
+            .expect("read the answer");
+        drop(client);
+        served.await.expect("the connection task ends");
+        let seen = seen.lock().expect("record").clone();
+        (String::from_utf8_lossy(&answer).into_owned(), seen, metrics)
+    }
+
+    fn post(target: &str, content_type: &str, body: &str) -> String {
+        format!(
+            "POST {target} HTTP/1.1\r\nHost: docker\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    #[tokio::test]
+    async fn swarm_requests_get_403_and_are_counted_under_rm_deny_and_reap() {
+        let targets = [
+            "/v1.41/swarm/init",
+            "/swarm/join",
+            "//V1.41/Services/Create",
+            "/services%2Fcreate",
+            "/v1.41/services/abc/update?version=3",
+        ];
+        for policy in [Policy::Rm, Policy::Deny, Policy::Reap] {
+            for target in targets {
+                let (answer, seen, metrics) =
+                    through_guard(policy, &post(target, "application/json", r#"{"x":1}"#)).await;
+                assert!(
+                    answer.starts_with("HTTP/1.1 403 Forbidden\r\n"),
+                    "{policy} {target}: {answer}"
+                );
+                let body = answer.split_once("\r\n\r\n").expect("a body").1;
+                let message: serde_json::Value = serde_json::from_str(body).expect("JSON");
+                assert_eq!(message["message"], SWARM_MESSAGE, "{policy} {target}");
+                assert_eq!(
+                    seen,
+                    Vec::<String>::new(),
+                    "{policy} {target} reached the daemon"
+                );
+                assert_eq!(metrics.swarm_requests(true), 1, "{policy} {target}");
+                assert_eq!(metrics.swarm_requests(false), 0, "{policy} {target}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn swarm_requests_are_relayed_and_counted_under_audit() {
+        let request = post(
+            "/v1.41/services/create",
+            "application/json",
+            r#"{"Name":"s"}"#,
+        );
+        let (answer, seen, metrics) = through_guard(Policy::Audit, &request).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(
+            seen[0].starts_with("POST /v1.41/services/create HTTP/1.1\r\n"),
+            "{seen:?}"
+        );
+        assert!(seen[0].ends_with(r#"{"Name":"s"}"#), "{seen:?}");
+        assert_eq!(metrics.swarm_requests(false), 1);
+        assert_eq!(metrics.swarm_requests(true), 0);
+    }
+
+    #[tokio::test]
+    async fn builds_are_relayed_with_rm_and_forcerm_first_unless_audit() {
+        let tar = "context";
+        for (policy, sent) in [
+            (
+                Policy::Rm,
+                "POST /v1.41/build?rm=1&forcerm=1&t=x&rm=0 HTTP/1.1\r\n",
+            ),
+            (
+                Policy::Deny,
+                "POST /v1.41/build?rm=1&forcerm=1&t=x&rm=0 HTTP/1.1\r\n",
+            ),
+            (
+                Policy::Reap,
+                "POST /v1.41/build?rm=1&forcerm=1&t=x&rm=0 HTTP/1.1\r\n",
+            ),
+            (Policy::Audit, "POST /v1.41/build?t=x&rm=0 HTTP/1.1\r\n"),
+        ] {
+            let request = post("/v1.41/build?t=x&rm=0", "application/x-tar", tar);
+            let (answer, seen, _) = through_guard(policy, &request).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 200 OK\r\n"),
+                "{policy}: {answer}"
+            );
+            assert_eq!(seen.len(), 1, "{policy}: {seen:?}");
+            assert!(seen[0].starts_with(sent), "{policy}: {seen:?}");
+            assert!(seen[0].ends_with(tar), "{policy}: the context is relayed");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_build_with_a_form_body_gets_400_unless_audit() {
+        let request = post(
+            "/build?remote=https://example.invalid/x.git",
+            "application/x-www-form-urlencoded",
+            "rm=0",
+        );
+        for policy in [Policy::Rm, Policy::Deny, Policy::Reap] {
+            let (answer, seen, _) = through_guard(policy, &request).await;
+            assert!(
+                answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
+                "{policy}: {answer}"
+            );
+            assert!(answer.contains("application/x-tar"), "{policy}: {answer}");
+            assert_eq!(seen, Vec::<String>::new(), "{policy}");
+        }
+        let (answer, seen, _) = through_guard(Policy::Audit, &request).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        assert_eq!(seen.len(), 1, "{seen:?}");
+    }
 
     #[test]
     fn error_responses_carry_a_json_message_and_their_length() {

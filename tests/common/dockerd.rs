@@ -25,7 +25,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Stops the daemon and cleans up once the test process closes the watchdog's stdin.
 const WATCHDOG: &str = r#"
 dir="$1"; shift
-"$@" >"$dir/dockerd.log" 2>&1 &
+"$@" >>"$dir/dockerd.log" 2>&1 &
 pid=$!
 echo "$pid" >"$dir/dockerd.child"
 cat >/dev/null
@@ -43,6 +43,9 @@ pub struct Dockerd {
     socket: PathBuf,
     pid: u32,
     watchdog: Mutex<Option<Child>>,
+    /// The dockerd binary and its arguments, to start it again after [`Dockerd::stop`].
+    program: PathBuf,
+    args: Vec<String>,
 }
 
 /// The daemon of this test binary, started (and busybox imported) on first use.
@@ -98,22 +101,39 @@ impl Dockerd {
             "--userland-proxy=false".into(),
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
+        let mut daemon = Dockerd {
+            dir,
+            socket,
+            pid: 0,
+            watchdog: Mutex::new(None),
+            program: dockerd,
+            args,
+        };
+        daemon.launch();
+        daemon.import_busybox();
+        daemon
+    }
+
+    /// Starts dockerd under a new watchdog and waits until it answers `/_ping`.
+    fn launch(&mut self) {
+        let child_file = self.dir.join("dockerd.child");
+        let _ = std::fs::remove_file(&child_file);
         let watchdog = Command::new("sh")
             .arg("-c")
             .arg(WATCHDOG)
             .arg("podmend-dockerd-watchdog")
-            .arg(&dir)
-            .arg(&dockerd)
-            .args(&args)
+            .arg(&self.dir)
+            .arg(&self.program)
+            .args(&self.args)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start the dockerd watchdog (sh)");
+        *self.watchdog.lock().unwrap_or_else(|e| e.into_inner()) = Some(watchdog);
 
         let started = Instant::now();
-        let child_file = dir.join("dockerd.child");
-        let pid = loop {
+        self.pid = loop {
             if let Some(pid) = std::fs::read_to_string(&child_file)
                 .ok()
                 .and_then(|p| p.trim().parse::<u32>().ok())
@@ -123,23 +143,62 @@ impl Dockerd {
             assert!(started.elapsed() < READY_TIMEOUT, "dockerd did not start");
             std::thread::sleep(Duration::from_millis(20));
         };
-        let daemon = Dockerd {
-            dir,
-            socket,
-            pid,
-            watchdog: Mutex::new(Some(watchdog)),
-        };
-        while !daemon.answers_ping() {
+        let pid = self.pid;
+        while !self.answers_ping() {
             if started.elapsed() > READY_TIMEOUT || !Path::new(&format!("/proc/{pid}")).exists() {
                 panic!(
                     "dockerd did not answer /_ping within {READY_TIMEOUT:?}; its log:\n{}",
-                    daemon.log()
+                    self.log()
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        daemon.import_busybox();
-        daemon
+    }
+
+    /// Stops the daemon as `systemctl restart docker` or a restarting DinD sidecar does:
+    /// SIGTERM, then waits until it has exited (its containers stop with it). Its data and
+    /// socket path stay for [`Dockerd::start_again`]; until then nothing runs in its place.
+    pub fn stop(&mut self) {
+        let pid = self.pid;
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(pid.to_string())
+            .status();
+        // The watchdog shell is its parent and does not reap it: exited shows as a zombie.
+        let exited = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|stat| {
+                    stat.rsplit_once(')')
+                        .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+                })
+                .unwrap_or(true)
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !exited() {
+            assert!(
+                Instant::now() < deadline,
+                "dockerd {pid} did not exit within 60 s of SIGTERM; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // Retire its watchdog without its clean-up (which would remove the data directory);
+        // the zombie is then reaped by init.
+        let watchdog = self
+            .watchdog
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(mut watchdog) = watchdog {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+    }
+
+    /// Starts the daemon again after [`Dockerd::stop`], on the same socket and data (images
+    /// and stopped containers are still there), and waits until it answers.
+    pub fn start_again(&mut self) {
+        self.launch();
     }
 
     /// `unix:///.../docker.sock`, for DOCKER_HOST or `--upstream`.
@@ -243,16 +302,17 @@ impl Dockerd {
 
 impl Drop for Dockerd {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(self.pid.to_string())
-            .status();
         let watchdog = self
             .watchdog
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
         if let Some(mut watchdog) = watchdog {
+            // Only while a watchdog runs is the pid still the daemon's (not after `stop`).
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(self.pid.to_string())
+                .status();
             // Closing its stdin lets the watchdog wait for the daemon and clean up.
             drop(watchdog.stdin.take());
             let deadline = Instant::now() + Duration::from_secs(40);
@@ -263,6 +323,9 @@ impl Drop for Dockerd {
                 std::thread::sleep(Duration::from_millis(50));
             }
             let _ = watchdog.kill();
+        } else {
+            // Stopped and not started again: nothing runs, only the directory is left.
+            let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
 }
