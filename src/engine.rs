@@ -4,6 +4,8 @@
 //!
 //! The patch is the diff of two serializations of the same typed pod spec (before and after
 //! the rules), so a field our Kubernetes types do not know is in neither and is never removed.
+//! Lists of named items (containers, volumes) are diffed by name, so such a field also stays
+//! on its own container when a container is inserted before it.
 
 use std::collections::BTreeMap;
 
@@ -250,7 +252,7 @@ impl Engine {
             let candidate_value = to_json(&candidate);
             let patch = prefixed(
                 &spec_pointer,
-                json_patch::diff(repaired.value(&original_value), &candidate_value),
+                diff(repaired.value(&original_value), &candidate_value),
             );
             if messages.is_empty() && patch.is_empty() {
                 continue;
@@ -294,7 +296,7 @@ impl Engine {
             };
             let mut patch = match only_change {
                 Some(patch) => patch.clone(),
-                None => prefixed(&spec_pointer, json_patch::diff(&original_value, value)),
+                None => prefixed(&spec_pointer, diff(&original_value, value)),
             };
             if !patch.is_empty() {
                 patch.push(mutated_annotation_op(
@@ -449,6 +451,117 @@ fn single_entry(key: &str, value: Value) -> Value {
     Value::Object(map)
 }
 
+/// `json_patch::diff`, except that a list whose items all have unique names (containers,
+/// volumes, env vars) is diffed item by item by name rather than by position, when the names
+/// both sides share are in the same order. Neither side holds the fields our types do not
+/// know, so a positional diff of `[guard, a]` against `[a]` would rewrite `a` into the guard
+/// field by field and leave `a`'s unknown fields on the guard; by name it is one `add`.
+fn diff(before: &Value, after: &Value) -> json_patch::Patch {
+    let mut ops = Vec::new();
+    diff_into(before, after, &mut PointerBuf::new(), &mut ops);
+    json_patch::Patch(ops)
+}
+
+fn diff_into(before: &Value, after: &Value, at: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
+    match (before, after) {
+        (Value::Object(before), Value::Object(after)) => {
+            for (key, after_value) in after {
+                at.push_back(key);
+                match before.get(key) {
+                    Some(before_value) => diff_into(before_value, after_value, at, ops),
+                    None => ops.push(add_op(at, after_value)),
+                }
+                at.pop_back();
+            }
+            for key in before.keys().filter(|key| !after.contains_key(*key)) {
+                at.push_back(key);
+                ops.push(PatchOperation::Remove(json_patch::RemoveOperation {
+                    path: at.clone(),
+                }));
+                at.pop_back();
+            }
+        }
+        (Value::Array(before), Value::Array(after)) => {
+            match (item_names(before), item_names(after)) {
+                (Some(before_names), Some(after_names))
+                    if shared_in_same_order(&before_names, &after_names) =>
+                {
+                    for (index, name) in before_names.iter().enumerate().rev() {
+                        if !after_names.contains(name) {
+                            at.push_back(index);
+                            ops.push(PatchOperation::Remove(json_patch::RemoveOperation {
+                                path: at.clone(),
+                            }));
+                            at.pop_back();
+                        }
+                    }
+                    // Removals done, the shared items are in place in order; each new item is
+                    // inserted where it belongs, so item `index` is always where the diff says.
+                    for (index, (name, after_item)) in after_names.iter().zip(after).enumerate() {
+                        at.push_back(index);
+                        match before_names.iter().position(|n| n == name) {
+                            Some(old) => diff_into(&before[old], after_item, at, ops),
+                            None => ops.push(add_op(at, after_item)),
+                        }
+                        at.pop_back();
+                    }
+                }
+                _ => {
+                    let shared = before.len().min(after.len());
+                    for index in 0..shared {
+                        at.push_back(index);
+                        diff_into(&before[index], &after[index], at, ops);
+                        at.pop_back();
+                    }
+                    for (index, item) in after.iter().enumerate().skip(shared) {
+                        at.push_back(index);
+                        ops.push(add_op(at, item));
+                        at.pop_back();
+                    }
+                    for _ in shared..before.len() {
+                        at.push_back(shared);
+                        ops.push(PatchOperation::Remove(json_patch::RemoveOperation {
+                            path: at.clone(),
+                        }));
+                        at.pop_back();
+                    }
+                }
+            }
+        }
+        _ if before == after => {}
+        _ => ops.push(PatchOperation::Replace(json_patch::ReplaceOperation {
+            path: at.clone(),
+            value: after.clone(),
+        })),
+    }
+}
+
+fn add_op(at: &PointerBuf, value: &Value) -> PatchOperation {
+    PatchOperation::Add(json_patch::AddOperation {
+        path: at.clone(),
+        value: value.clone(),
+    })
+}
+
+/// The `name` of every item, when every item is an object with a name no other item has.
+fn item_names(items: &[Value]) -> Option<Vec<&str>> {
+    let names: Vec<&str> = items
+        .iter()
+        .map(|item| item.get("name")?.as_str())
+        .collect::<Option<_>>()?;
+    let unique = names
+        .iter()
+        .enumerate()
+        .all(|(i, name)| !names[..i].contains(name));
+    unique.then_some(names)
+}
+
+fn shared_in_same_order(before: &[&str], after: &[&str]) -> bool {
+    let shared_before = before.iter().filter(|name| after.contains(name));
+    let shared_after = after.iter().filter(|name| before.contains(name));
+    shared_before.eq(shared_after)
+}
+
 fn prefixed(prefix: &Pointer, patch: json_patch::Patch) -> Vec<PatchOperation> {
     patch
         .0
@@ -546,6 +659,36 @@ mod tests {
         assert!(outcome.patch.iter().all(
             |op| !matches!(op, PatchOperation::Remove(r) if r.path.as_str() != "/spec/nodeName")
         ));
+    }
+
+    #[test]
+    fn a_guard_inserted_before_an_init_container_leaves_its_unknown_fields_on_it() {
+        let object = pod(json!({
+            "initContainers": [{"name": "setup", "image": "busybox", "futureField": {"keep": 1},
+                "volumeMounts": [{"name": "host-docker", "mountPath": "/var/run/docker.sock"}]}],
+            "containers": [{"name": "app", "image": "busybox", "futureField": [2]}],
+            "volumes": [{"name": "host-docker", "hostPath": {"path": "/var/run/docker.sock"}}]
+        }));
+        let outcome = engine().review(&create("", "Pod", &object), &cluster());
+        let patched = apply(&object, &outcome.patch);
+        let init = patched["spec"]["initContainers"]
+            .as_array()
+            .expect("init containers");
+        assert_eq!(init.len(), 2, "{patched:#}");
+        assert_eq!(init[0]["name"], crate::rules::dind_rm::GUARD_CONTAINER);
+        assert!(init[0].get("futureField").is_none(), "{patched:#}");
+        assert_eq!(init[1]["name"], "setup");
+        assert_eq!(init[1]["futureField"], json!({"keep": 1}));
+        assert_eq!(patched["spec"]["containers"][0]["futureField"], json!([2]));
+        // The guard is one `add`, not the setup container rewritten field by field.
+        let json = serde_json::to_value(&outcome.patch).expect("serializes");
+        assert!(
+            json.as_array()
+                .expect("array")
+                .iter()
+                .any(|op| op["op"] == "add" && op["path"] == "/spec/initContainers/0"),
+            "{json:#}"
+        );
     }
 
     #[test]

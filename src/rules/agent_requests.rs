@@ -80,7 +80,8 @@ impl Rule for AgentRequests {
             self.repair_container(container, &container_ranges, &mut changed);
         }
         self.meet_pod_limit_ranges(spec, &pod_ranges, &mut changed);
-        self.repair_pod_level(spec, &mut changed);
+        self.undo_idle_limit_copies(spec, &original, &mut changed);
+        self.repair_pod_level(spec, &pod_ranges, &mut changed);
         if *spec == original {
             return Vec::new();
         }
@@ -113,7 +114,8 @@ impl AgentRequests {
     }
 
     /// A `type: Pod` LimitRange checks the pod's total request: when the zeroed containers
-    /// fall below its floor, the first container takes up the difference.
+    /// fall below its floor, the containers take up the difference in order, each up to its
+    /// own limit (a request above the limit is invalid).
     fn meet_pod_limit_ranges(
         &self,
         spec: &mut PodSpec,
@@ -123,52 +125,193 @@ impl AgentRequests {
         if pod_ranges.is_empty() {
             return;
         }
+        // With pod-level resources the pod-level request meets it (`repair_pod_level`).
+        if spec.resources.is_some() {
+            return;
+        }
         for name in &self.config.resources {
             let limit = aggregate(spec, name, container_limit);
             let floor = limit_range_floor(name, (limit > 0).then_some(limit), pod_ranges);
-            let total = aggregate(spec, name, container_request);
-            let Some(first) = spec.containers.first_mut() else {
-                return;
-            };
-            if total >= floor {
+            if aggregate(spec, name, container_request) >= floor {
                 continue;
             }
-            let request = container_request(first, name) + (floor - total);
-            let resources = first
-                .resources
-                .get_or_insert_with(ResourceRequirements::default);
-            resources
-                .requests
-                .get_or_insert_with(BTreeMap::new)
-                .insert(name.to_string(), Quantity(format_quantity(name, request)));
-            changed.record(
-                name,
-                &first.name,
-                Outcome {
-                    floor: request,
-                    limit_added: false,
-                },
-            );
+            // The total is the larger of what runs together (containers and sidecars) and an
+            // init container's peak; both are below the floor, so the former makes up the rest.
+            let sidecars = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+            let running: Milli = spec
+                .containers
+                .iter()
+                .chain(sidecars)
+                .map(|c| container_request(c, name))
+                .sum();
+            let mut missing = floor - running;
+            for container in spec.containers.iter_mut() {
+                if missing <= 0 {
+                    break;
+                }
+                let request = container_request(container, name);
+                let room = container
+                    .resources
+                    .as_ref()
+                    .and_then(|r| r.limits.as_ref()?.get(name))
+                    .and_then(|q| quantity::parse_milli(&q.0))
+                    .map_or(missing, |limit| (limit - request).max(0));
+                let added = room.min(missing);
+                if added <= 0 {
+                    continue;
+                }
+                missing -= added;
+                let request = request + added;
+                container
+                    .resources
+                    .get_or_insert_with(ResourceRequirements::default)
+                    .requests
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name.to_string(), Quantity(format_quantity(name, request)));
+                changed.record(
+                    name,
+                    &container.name,
+                    Outcome {
+                        floor: request,
+                        limit_added: false,
+                    },
+                );
+            }
+        }
+    }
+
+    /// A lone request copied into the limit, zeroed, then given back in full to meet a Pod
+    /// LimitRange ends where it started, plus a limit: the next pass would copy the request
+    /// podmend gave back into a limit again. Put such a container back as it was.
+    fn undo_idle_limit_copies(
+        &self,
+        spec: &mut PodSpec,
+        original: &PodSpec,
+        changed: &mut Changes,
+    ) {
+        let pairs = spec.containers.iter_mut().zip(&original.containers).chain(
+            spec.init_containers
+                .iter_mut()
+                .flatten()
+                .zip(original.init_containers.iter().flatten()),
+        );
+        for (container, before) in pairs {
+            let (Some(resources), Some(before)) =
+                (container.resources.as_mut(), before.resources.as_ref())
+            else {
+                continue;
+            };
+            for name in &self.config.resources {
+                let had_limit = before.limits.as_ref().is_some_and(|l| l.contains_key(name));
+                let Some(before_request) = before.requests.as_ref().and_then(|r| r.get(name))
+                else {
+                    continue;
+                };
+                let given_back = quantity::parse_milli(&before_request.0)
+                    .is_some_and(|b| request_milli(resources, name) == Some(b));
+                if had_limit || !given_back {
+                    continue;
+                }
+                let Some(limits) = resources.limits.as_mut() else {
+                    continue;
+                };
+                if limits.remove(name).is_none() {
+                    continue;
+                }
+                if limits.is_empty() && before.limits.is_none() {
+                    resources.limits = None;
+                }
+                resources
+                    .requests
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(name.to_string(), before_request.clone());
+                let entry = format!("{name} ({})", container.name);
+                changed.limits_added.retain(|added| *added != entry);
+            }
         }
     }
 
     /// Pod-level `spec.resources` (PodLevelResources): the same, except the request may not
-    /// fall below the containers' aggregate request (`validatePodResourceConsistency`).
-    fn repair_pod_level(&self, spec: &mut PodSpec, changed: &mut Changes) {
+    /// fall below the containers' aggregate request (`validatePodResourceConsistency`), nor
+    /// below a `type: Pod` LimitRange's floor: the LimitRanger checks the pod-level value.
+    fn repair_pod_level(
+        &self,
+        spec: &mut PodSpec,
+        pod_ranges: &[LimitRangeItem],
+        changed: &mut Changes,
+    ) {
         let Some(mut resources) = spec.resources.take() else {
             return;
         };
         for name in &self.config.resources {
             let aggregate = aggregate_container_requests(spec, name);
+            // Without any pod-level limit, defaulting gives the pod the containers' aggregate
+            // limit of each resource they all limit (`defaultPodLimits`): stay within it.
+            let no_pod_limits = resources.limits.as_ref().is_none_or(|limits| {
+                !limits
+                    .keys()
+                    .any(|k| k == "cpu" || k == "memory" || k.starts_with("hugepages-"))
+            });
+            let all_limited = spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .all(|c| {
+                    c.resources
+                        .as_ref()
+                        .and_then(|r| r.limits.as_ref()?.get(name))
+                        .is_some()
+                });
+            let implicit_limit = (no_pod_limits && all_limited)
+                .then(|| self::aggregate(spec, name, container_limit));
+            let within = |floor: Milli| implicit_limit.map_or(floor, |limit| floor.min(limit));
+            let unset = request_milli(&resources, name).is_none()
+                && resources
+                    .limits
+                    .as_ref()
+                    .is_none_or(|l| !l.contains_key(name));
+            if unset {
+                // A Pod LimitRange's floor, met here rather than by the containers; and the
+                // containers' aggregate, which an absent pod request (0) would not cover.
+                let floor =
+                    within(aggregate.max(limit_range_floor(name, implicit_limit, pod_ranges)));
+                if floor > 0 {
+                    resources
+                        .requests
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(name.to_string(), Quantity(format_quantity(name, floor)));
+                    let outcome = Outcome {
+                        floor,
+                        limit_added: false,
+                    };
+                    changed.record(name, "(pod)", outcome);
+                }
+                continue;
+            }
             let max_container_limit = max_container_limit(spec, name);
-            // A pod limit below a container's limit is invalid: only copy the request into a
-            // missing limit when every container limit fits under it.
+            // A pod limit below a container's limit, or below the containers' aggregate
+            // request, is invalid: only copy the request into a missing limit when both fit.
             let limit_from_request = self.config.limit_from_request
                 && request_milli(&resources, name)
-                    .is_some_and(|r| max_container_limit.is_none_or(|l| l <= r));
-            if let Some(outcome) =
-                zero_request(&mut resources, name, limit_from_request, |_| aggregate)
-            {
+                    .is_some_and(|r| max_container_limit.is_none_or(|l| l <= r) && aggregate <= r);
+            let before = resources.clone();
+            if let Some(outcome) = zero_request(&mut resources, name, limit_from_request, |limit| {
+                within(aggregate.max(limit_range_floor(
+                    name,
+                    limit.or(implicit_limit),
+                    pod_ranges,
+                )))
+            }) {
+                // The request copied into the limit and then given back in full: as it was
+                // (see `undo_idle_limit_copies`).
+                if outcome.limit_added && request_milli(&before, name) == Some(outcome.floor) {
+                    resources = before;
+                    continue;
+                }
                 changed.record(name, "(pod)", outcome);
             }
         }
@@ -213,22 +356,38 @@ fn zero_request(
             request_milli.filter(|_| limit_added)
         }
     };
+    // Whole bytes, rounded up; but never above the limit (invalid): where a LimitRange floor
+    // is higher, no request meets both, and the LimitRanger's refusal says so better than a
+    // request above its limit. (A limit of a fraction of a byte is legal, if odd.)
     let floor = floor(limit_milli);
+    let floor = match limit_milli {
+        Some(limit) if round_for_resource(name, floor) > limit => floor.min(limit),
+        _ => round_for_resource(name, floor),
+    };
     let current = request.as_ref().and_then(|r| quantity::parse_milli(&r.0));
     if current == Some(floor) && !limit_added {
         return None;
     }
+    let text = if floor % 1000 == 0 {
+        format_quantity(name, floor)
+    } else {
+        quantity::format_milli(floor)
+    };
     resources
         .requests
         .get_or_insert_with(BTreeMap::new)
-        .insert(name.to_string(), Quantity(format_quantity(name, floor)));
+        .insert(name.to_string(), Quantity(text));
     Some(Outcome { floor, limit_added })
 }
 
 /// The smallest request the namespace's Container LimitRanges accept: their `min`, and
 /// for `maxLimitRequestRatio` the request that keeps limit/request within the ratio,
 /// compared exactly as LimitRanger's `limitRequestRatioConstraint` does.
-fn limit_range_floor(name: &str, limit: Option<Milli>, items: &[LimitRangeItem]) -> Milli {
+pub(crate) fn limit_range_floor(
+    name: &str,
+    limit: Option<Milli>,
+    items: &[LimitRangeItem],
+) -> Milli {
     let mut floor: Milli = 0;
     for item in items {
         if let Some(min) = item
@@ -264,7 +423,7 @@ fn ratio_floor(name: &str, limit: Milli, ratio: Milli) -> Milli {
     request
 }
 
-fn is_byte_resource(name: &str) -> bool {
+pub(crate) fn is_byte_resource(name: &str) -> bool {
     name != "cpu"
 }
 
@@ -277,7 +436,7 @@ fn round_for_resource(name: &str, milli: Milli) -> Milli {
     }
 }
 
-fn format_quantity(name: &str, milli: Milli) -> String {
+pub(crate) fn format_quantity(name: &str, milli: Milli) -> String {
     if is_byte_resource(name) {
         quantity::format_whole_units_up(milli)
     } else {
@@ -314,20 +473,24 @@ fn aggregate_container_requests(spec: &PodSpec, name: &str) -> Milli {
     aggregate(spec, name, container_request)
 }
 
-/// The containers' aggregate as the API computes it for pod-level checks: regular
-/// containers and sidecars add up; a regular init container runs alone.
+/// The containers' aggregate as the API computes it for pod-level checks
+/// (`AggregateContainerRequests`): regular containers and sidecars add up; a regular init
+/// container runs alone beside the sidecars started before it.
 fn aggregate(spec: &PodSpec, name: &str, of: fn(&Container, &str) -> Milli) -> Milli {
     let mut sum: Milli = spec.containers.iter().map(|c| of(c, name)).sum();
-    let mut max_init: Milli = 0;
+    let mut sidecars: Milli = 0;
+    let mut init_peak: Milli = 0;
     for init in spec.init_containers.iter().flatten() {
         let value = of(init, name);
         if init.restart_policy.as_deref() == Some("Always") {
             sum += value;
+            sidecars += value;
+            init_peak = init_peak.max(sidecars);
         } else {
-            max_init = max_init.max(value);
+            init_peak = init_peak.max(value + sidecars);
         }
     }
-    sum.max(max_init)
+    sum.max(init_peak)
 }
 
 fn max_container_limit(spec: &PodSpec, name: &str) -> Option<Milli> {
@@ -717,6 +880,154 @@ mod tests {
         );
         assert!(messages.is_empty(), "{messages:?}");
         assert_eq!(again, after);
+    }
+
+    #[test]
+    fn a_pod_limit_range_minimum_is_shared_out_within_each_container_limit() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![
+                serde_json::from_value(json!({"type": "Pod", "min": {"cpu": "100m"}}))
+                    .expect("item"),
+            ],
+        );
+        let (after, _) = run(
+            AgentRequestsConfig::default(),
+            json!({"containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "40m"}, "limits": {"cpu": "40m"}}},
+                {"name": "b", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}
+            ]}),
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "40m"})
+        );
+        assert_eq!(
+            after["containers"][1]["resources"]["requests"],
+            json!({"cpu": "60m"})
+        );
+        let (again, messages) = run(
+            AgentRequestsConfig::default(),
+            after.clone(),
+            &agent_meta(),
+            &cluster,
+        );
+        assert!(messages.is_empty(), "{messages:?}");
+        assert_eq!(again, after);
+    }
+
+    #[test]
+    fn a_limit_range_minimum_above_the_limit_leaves_the_request_at_the_limit() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![
+                serde_json::from_value(json!({"type": "Container", "min": {"cpu": "200m"}}))
+                    .expect("item"),
+            ],
+        );
+        let (after, _) = run(
+            AgentRequestsConfig::default(),
+            with_resources(json!({"requests": {"cpu": "50m"}, "limits": {"cpu": "50m"}})),
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "50m"})
+        );
+    }
+
+    #[test]
+    fn a_request_given_back_in_full_for_a_pod_limit_range_gets_no_limit_and_stays() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![
+                serde_json::from_value(json!({"type": "Pod", "min": {"cpu": "100m"}}))
+                    .expect("item"),
+            ],
+        );
+        let (after, _) = run(
+            AgentRequestsConfig::default(),
+            json!({"containers": [{"name": "a", "resources": {}}]}),
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"],
+            json!({"requests": {"cpu": "100m"}})
+        );
+        let (again, messages) = run(
+            AgentRequestsConfig::default(),
+            after.clone(),
+            &agent_meta(),
+            &cluster,
+        );
+        assert!(messages.is_empty(), "{messages:?}");
+        assert_eq!(again, after);
+    }
+
+    #[test]
+    fn an_init_container_counts_beside_the_sidecars_started_before_it() {
+        let spec: PodSpec = serde_json::from_value(json!({
+            "initContainers": [
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "1m"}}},
+                {"name": "setup", "resources": {"requests": {"cpu": "1m"}}}
+            ],
+            "containers": [{"name": "a"}]
+        }))
+        .expect("spec");
+        assert_eq!(aggregate(&spec, "cpu", container_request), 2);
+    }
+
+    #[test]
+    fn a_pod_limit_range_minimum_is_met_by_the_pod_level_request_when_there_is_one() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![
+                serde_json::from_value(json!({"type": "Pod", "min": {"cpu": "100m"}}))
+                    .expect("item"),
+            ],
+        );
+        let (after, _) = run(
+            AgentRequestsConfig::default(),
+            json!({
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}}}],
+                "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}
+            }),
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"cpu": "0"})
+        );
+        assert_eq!(
+            after["resources"],
+            json!({"requests": {"cpu": "100m"}, "limits": {"cpu": "2"}})
+        );
+    }
+
+    #[test]
+    fn a_pod_level_request_stays_within_the_limit_defaulting_will_give_the_pod() {
+        let cluster = StaticCluster::empty().with_limit_range(
+            "ci",
+            vec![
+                serde_json::from_value(json!({"type": "Pod", "min": {"cpu": "100m"}}))
+                    .expect("item"),
+            ],
+        );
+        let (after, _) = run(
+            AgentRequestsConfig::default(),
+            json!({
+                "containers": [{"name": "a", "resources": {"requests": {"cpu": "0"}, "limits": {"cpu": "50m"}}}],
+                "resources": {"requests": {"cpu": "50m"}}
+            }),
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(after["resources"], json!({"requests": {"cpu": "50m"}}));
     }
 
     #[test]

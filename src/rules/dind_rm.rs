@@ -7,14 +7,16 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, ObjectFieldSelector,
-    PodSpec, ResourceRequirements, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, LimitRangeItem,
+    ObjectFieldSelector, PodSpec, ResourceRequirements, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
 
+use super::agent_requests::{format_quantity, is_byte_resource, limit_range_floor};
 use super::{Modes, PodMeta, Rule, RuleContext};
 use crate::config::{DindPolicy, DindRmConfig, SidecarMode};
+use crate::quantity::{self, Milli};
 
 pub const ID: &str = "dind-rm";
 
@@ -144,7 +146,7 @@ impl Rule for DindRm {
                 .any(is_host_docker_socket)
     }
 
-    fn repair(&self, spec: &mut PodSpec, meta: &PodMeta, _cx: &RuleContext<'_>) -> Vec<String> {
+    fn repair(&self, spec: &mut PodSpec, meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String> {
         let Some((policy, policy_note)) = self.policy(meta) else {
             return Vec::new();
         };
@@ -186,7 +188,17 @@ impl Rule for DindRm {
                 ..Volume::default()
             });
         }
-        let guard = self.guard(policy, &upstream);
+        let limit_ranges: Vec<LimitRangeItem> = cx
+            .cluster
+            .limit_range_items(cx.namespace)
+            .into_iter()
+            .filter(|item| item.type_ == "Container")
+            .collect();
+        let resources = spec
+            .resources
+            .is_none()
+            .then(|| guard_resources(&limit_ranges));
+        let guard = self.guard(policy, &upstream, resources);
         let guard_has_host_socket = guard
             .volume_mounts
             .iter()
@@ -306,7 +318,16 @@ impl DindRm {
         survey
     }
 
-    fn guard(&self, policy: DindPolicy, upstream: &Upstream) -> Container {
+    /// The guard container, with `resources` from [`guard_resources`], or none when the pod
+    /// has pod-level `spec.resources`: then it shares the pod's budget, as containers there
+    /// may, because its requests would raise the containers' aggregate above the pod's
+    /// request and the API would reject the pod.
+    fn guard(
+        &self,
+        policy: DindPolicy,
+        upstream: &Upstream,
+        resources: Option<ResourceRequirements>,
+    ) -> Container {
         let mut args: Vec<String> = [
             "guard",
             "--listen",
@@ -339,7 +360,6 @@ impl DindRm {
         }
         // Parents before children, so a mount at /run cannot hide the one at /run/podmend.
         mounts.sort_by_key(|m| depth(&m.mount_path));
-        let quantity = |q: &str| Quantity(q.to_string());
         Container {
             name: GUARD_CONTAINER.to_string(),
             image: Some(self.config.guard_image.clone()),
@@ -356,14 +376,7 @@ impl DindRm {
                 }),
             }]),
             volume_mounts: Some(mounts),
-            resources: Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([
-                    ("cpu".to_string(), quantity("10m")),
-                    ("memory".to_string(), quantity("32Mi")),
-                ])),
-                limits: Some(BTreeMap::from([("memory".to_string(), quantity("128Mi"))])),
-                ..ResourceRequirements::default()
-            }),
+            resources,
             security_context: Some(SecurityContext {
                 allow_privilege_escalation: Some(false),
                 read_only_root_filesystem: Some(true),
@@ -377,6 +390,69 @@ impl DindRm {
                 .then(|| "Always".to_string()),
             ..Container::default()
         }
+    }
+}
+
+/// The guard's requests and limits: 10m cpu and 32Mi memory requested, memory limited to
+/// 128Mi, moved into the namespace's Container LimitRanges, which LimitRanger enforces after
+/// the webhook: a limit no higher than a `max`, and one wherever a `maxLimitRequestRatio`
+/// needs it; a request no lower than a `min` or than the ratio allows.
+fn guard_resources(limit_ranges: &[LimitRangeItem]) -> ResourceRequirements {
+    const OWN: [(&str, &str, Option<&str>); 2] =
+        [("cpu", "10m", None), ("memory", "32Mi", Some("128Mi"))];
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    for (name, own_request, own_limit) in OWN {
+        let tightest = |field: fn(&LimitRangeItem) -> Option<&BTreeMap<String, Quantity>>| {
+            limit_ranges
+                .iter()
+                .filter_map(|item| field(item)?.get(name))
+                .filter_map(|q| quantity::parse_milli(&q.0))
+                .min()
+        };
+        let max = tightest(|item| item.max.as_ref());
+        let ratio = tightest(|item| item.max_limit_request_ratio.as_ref());
+        let own_request_milli = quantity::parse_milli(own_request).unwrap_or(0);
+        let own_limit_milli = own_limit.and_then(quantity::parse_milli);
+        let mut request = own_request_milli.max(limit_range_floor(name, None, limit_ranges));
+        let mut limit = own_limit_milli.map(|l| l.max(request));
+        if let Some(max) = max {
+            limit = Some(limit.map_or(max, |l| l.min(max)));
+        }
+        if let (None, Some(ratio)) = (limit, ratio) {
+            let widest = request.saturating_mul(ratio) / 1000;
+            limit = Some(if is_byte_resource(name) {
+                widest / 1000 * 1000
+            } else {
+                widest
+            });
+        }
+        request = request.max(limit_range_floor(name, limit, limit_ranges));
+        if let Some(limit) = limit {
+            request = request.min(limit);
+        }
+        let spelled = |milli: Milli, own: &str, own_milli: Option<Milli>| {
+            Quantity(if own_milli == Some(milli) {
+                own.to_string()
+            } else {
+                format_quantity(name, milli)
+            })
+        };
+        requests.insert(
+            name.to_string(),
+            spelled(request, own_request, Some(own_request_milli)),
+        );
+        if let Some(limit) = limit {
+            limits.insert(
+                name.to_string(),
+                spelled(limit, own_limit.unwrap_or(""), own_limit_milli),
+            );
+        }
+    }
+    ResourceRequirements {
+        requests: Some(requests),
+        limits: Some(limits),
+        ..ResourceRequirements::default()
     }
 }
 
@@ -1212,6 +1288,38 @@ mod tests {
         assert_eq!(
             after["volumes"].as_array().expect("volumes").last(),
             Some(&json!({"name": SOCKET_VOLUME, "emptyDir": {}}))
+        );
+    }
+
+    #[test]
+    fn with_pod_level_resources_the_guard_has_none_and_shares_the_pod_budget() {
+        let mut spec = shared_var_run();
+        spec["resources"] = json!({"requests": {"cpu": "1", "memory": "1Gi"}});
+        let (after, _) = repair(spec);
+        assert!(guard(&after).get("resources").is_none(), "{after:#}");
+        assert_eq!(
+            after["resources"],
+            json!({"requests": {"cpu": "1", "memory": "1Gi"}})
+        );
+    }
+
+    #[test]
+    fn the_guard_resources_meet_the_namespace_limit_range() {
+        let items: Vec<LimitRangeItem> = serde_json::from_value(json!([
+            {"type": "Container", "min": {"cpu": "100m", "memory": "64Mi"}, "max": {"memory": "100Mi"}},
+            {"type": "Container", "maxLimitRequestRatio": {"cpu": "4"}}
+        ]))
+        .expect("items");
+        let resources = serde_json::to_value(guard_resources(&items)).expect("serializes");
+        assert_eq!(
+            resources,
+            json!({"requests": {"cpu": "100m", "memory": "67108864"},
+                "limits": {"cpu": "400m", "memory": "104857600"}})
+        );
+        let unchanged = serde_json::to_value(guard_resources(&[])).expect("serializes");
+        assert_eq!(
+            unchanged,
+            json!({"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
         );
     }
 

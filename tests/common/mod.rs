@@ -4,5 +4,6 @@
 pub mod api_stub;
 pub mod dockerd;
 pub mod k8s_rules;
+pub mod pod_gen;
 pub mod schema;
 pub mod server;
