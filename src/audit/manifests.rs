@@ -335,6 +335,16 @@ pub fn render_repaired(files: &[ManifestFile], repairs: &[ObjectRepair]) -> Stri
                     out.push_str(&file.text[document.header.clone()]);
                     // Serializing a JSON value to YAML cannot fail.
                     out.push_str(&serde_yaml_ng::to_string(&value).unwrap_or_default());
+                    // A document its `...` line ended keeps it: the next document may start
+                    // without `---`, and would otherwise run on into this one.
+                    if original
+                        .lines()
+                        .rev()
+                        .find(|l| !l.trim().is_empty())
+                        .is_some_and(|l| is_marker(l.trim_end_matches('\r'), "..."))
+                    {
+                        out.push_str("...\n");
+                    }
                 }
             }
         }
