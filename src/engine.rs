@@ -321,6 +321,18 @@ impl Engine {
             None => repair.clone(),
             Some(enforced) => annotated(enforced, changed(true)),
         };
+        // The patches are diffs of the typed spec, where a field the API requires but the
+        // object lacks (a volumeMount without mountPath) reads as "": such a patch names paths
+        // the object does not have, and the API server would fail the create with an internal
+        // error. Leave the object to its validation, which says what is missing.
+        let differs = patch != repair;
+        for candidate in std::iter::once(&repair).chain(differs.then_some(&patch)) {
+            if let Err(error) = json_patch::patch(&mut object.clone(), candidate) {
+                return skip(Skip::UndecodablePodSpec(format!(
+                    "the repair does not apply to the object as sent: {error}"
+                )));
+            }
+        }
         Outcome {
             target: Some(target),
             skipped: None,

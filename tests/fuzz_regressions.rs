@@ -2,16 +2,20 @@
 //! fed through the target's path again and checked for the clean result. The inputs live in
 //! `tests/fixtures/fuzz/`; `fuzz/README.md` says which target and invariant found each.
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::k8s_rules;
+use podmend::admission::{self, Decision, Webhook};
 use podmend::audit::manifests::{self, ManifestFile};
 use podmend::audit::{InputError, Report};
 use podmend::cluster::StaticCluster;
 use podmend::config::Config;
-use podmend::engine::Engine;
-use serde_json::json;
+use podmend::engine::{Engine, Skip};
+use serde_json::{Value, json};
 
-fn fixture(name: &str) -> String {
+fn fixture_bytes(name: &str) -> Vec<u8> {
     let path: PathBuf = [
         env!("CARGO_MANIFEST_DIR"),
         "tests",
@@ -21,7 +25,12 @@ fn fixture(name: &str) -> String {
     ]
     .iter()
     .collect();
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    std::fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// The fuzz targets read their input as lossy UTF-8, as here.
+fn fixture(name: &str) -> String {
+    String::from_utf8_lossy(&fixture_bytes(name)).into_owned()
 }
 
 /// `podmend audit FILE` without a cluster: the reader, then every object through the engine.
@@ -68,4 +77,57 @@ fn a_repaired_document_ended_by_dots_keeps_the_next_document_apart() {
         "{rendered}"
     );
     assert!(second.repairs.is_empty(), "{rendered}");
+}
+
+/// `audit_reader` (the repairs apply to the documents they were computed from): on a DinD pod
+/// whose docker.sock mounts lack `name` or `mountPath`, the repair was diffed from the typed
+/// spec, where the missing fields read as `""`, so it replaced paths the document does not
+/// have. Such an object is now left alone (the API server's validation names what is missing).
+#[test]
+fn a_dind_manifest_with_mounts_missing_fields_gets_no_repair_that_cannot_apply() {
+    let text = fixture("audit-dind-mounts-without-name-or-path.yaml");
+    let (file, report) = audit(&text);
+    for repair in &report.repairs {
+        let document = &file.documents[repair.source.document - 1];
+        let mut value = document
+            .value
+            .clone()
+            .expect("a repaired document has a value");
+        json_patch::patch(&mut value, &repair.patch).unwrap_or_else(|e| {
+            panic!(
+                "repair of document {} does not apply: {e}",
+                repair.source.document
+            )
+        });
+    }
+    let rendered = manifests::render_repaired(std::slice::from_ref(&file), &report.repairs);
+    let (again, _) = audit(&rendered);
+    assert_eq!(again.documents.len(), file.documents.len(), "{rendered}");
+}
+
+/// `review`, the same object as a webhook request: `/mutate` answered with a patch the API
+/// server could not apply, so the create failed with "Internal error occurred" instead of
+/// the validation error saying which field is missing.
+#[test]
+fn a_dind_pod_with_a_mount_missing_its_path_gets_no_patch_the_api_server_cannot_apply() {
+    let body = fixture_bytes("review-dind-mount-without-path.json");
+    let request = admission::decode(&body).expect("the review decodes");
+    let engine = Engine::new(&Config::default());
+    let outcome = engine.review(&request.subject(), &StaticCluster::offline());
+    assert!(
+        matches!(outcome.skipped, Some(Skip::UndecodablePodSpec(_))),
+        "{outcome:?}"
+    );
+    let decision = Decision::from_outcome(&outcome, Webhook::Mutate);
+    let response: Value =
+        serde_json::from_slice(&admission::encode_response(&request.inner.uid, &decision))
+            .expect("the response is JSON");
+    let patch = k8s_rules::verify_admission_response(&request.inner.uid, &response, true)
+        .expect("the API server accepts the response");
+    let object = request.inner.object.as_ref().expect("the pod");
+    k8s_rules::apply_patch_as_api_server(object, &patch.unwrap_or_default())
+        .expect("the API server applies the answer");
+    // And the API server's own validation is what refuses the pod, naming the field.
+    let mount = &object["spec"]["containers"][0]["volumeMounts"][0];
+    assert!(mount.get("mountPath").is_none());
 }
