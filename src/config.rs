@@ -1,6 +1,7 @@
 //! The configuration file: typed, strict (unknown keys are errors), with defaults that
 //! equal the commented YAML `podmend config` prints.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -49,6 +50,8 @@ pub struct RulesConfig {
     pub agent_requests: AgentRequestsConfig,
     #[serde(rename = "dind-rm")]
     pub dind_rm: DindRmConfig,
+    #[serde(rename = "virtual-node-phase")]
+    pub virtual_node_phase: VirtualNodePhaseConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -194,6 +197,26 @@ impl Default for DindRmConfig {
     }
 }
 
+/// The opt-in `virtual-node-phase` rule. It acts on `UPDATE pods/status`, where there is no
+/// template and nothing to deny, so it has one mode: enforce, warn or off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase", default)]
+pub struct VirtualNodePhaseConfig {
+    pub mode: Mode,
+    /// Labels a node must all carry for the rule to act on its pods: the virtual-kubelet
+    /// nodes, never a node a real kubelet runs (it owns its pods' status).
+    pub node_selector: BTreeMap<String, String>,
+}
+
+impl Default for VirtualNodePhaseConfig {
+    fn default() -> Self {
+        Self {
+            mode: Mode::Off,
+            node_selector: BTreeMap::from([("type".to_string(), "virtual-kubelet".to_string())]),
+        }
+    }
+}
+
 /// Resources whose request may legally differ from the limit (`IsOvercommitAllowed`).
 pub const OVERCOMMITTABLE_RESOURCES: &[&str] = &["cpu", "memory", "ephemeral-storage"];
 
@@ -320,6 +343,21 @@ impl Config {
                 ));
             }
         }
+        let phase = &self.rules.virtual_node_phase;
+        if phase.mode == Mode::Deny {
+            return Err(invalid(
+                "rules.virtual-node-phase.mode",
+                "deny would refuse the node's status writes; use enforce, warn or off".to_string(),
+            ));
+        }
+        if phase.node_selector.is_empty() {
+            return Err(invalid(
+                "rules.virtual-node-phase.nodeSelector",
+                "an empty selector would match nodes a real kubelet runs, and the kubelet owns \
+                 their pods' phase; give the virtual nodes' labels, e.g. {type: virtual-kubelet}"
+                    .to_string(),
+            ));
+        }
         Ok(())
     }
 }
@@ -391,6 +429,17 @@ rules:
     daemonImages:              # images that run dockerd (`*` matches anything); a dockerd command counts too
       - docker:*dind*          # docker:dind, docker:27-dind, docker:dind-rootless, docker:27.3.1-dind-alpine3.20
       - "*/docker:*dind*"      # the same from a registry or mirror: docker.io/library/docker:dind
+
+  # Opt-in. On virtual-kubelet nodes (Azure ACI virtual nodes) a pod can report every container
+  # running while its phase is still Pending; clients that wait for Running (the Jenkins
+  # kubernetes-plugin, JENKINS-68649) then delete it. On UPDATE pods/status of pods on matching
+  # nodes, Pending becomes Running when the kubelet's own phase rule says Running: regular init
+  # containers exited 0, sidecars running and started, every container running. Nothing else
+  # is ever changed. The chart adds the pods/status webhook rule only while this is not off.
+  virtual-node-phase:
+    mode: off                  # enforce | warn | off (no deny: it would refuse status writes)
+    nodeSelector:              # labels the node must all carry (from the Node cache)
+      type: virtual-kubelet
 "#
 );
 
@@ -527,5 +576,36 @@ mod tests {
         let error = Config::from_yaml("rules:\n  agent-requests:\n    selectors: [{}]\n", "x")
             .expect_err("empty selector");
         assert!(error.to_string().contains("selectors[0]"), "{error}");
+    }
+
+    #[test]
+    fn virtual_node_phase_is_off_by_default_and_reads_its_section() {
+        let defaults = Config::default().rules.virtual_node_phase;
+        assert_eq!(defaults.mode, Mode::Off);
+        assert_eq!(
+            defaults.node_selector,
+            BTreeMap::from([("type".to_string(), "virtual-kubelet".to_string())])
+        );
+        let config = Config::from_yaml(
+            "rules:\n  virtual-node-phase:\n    mode: warn\n    nodeSelector: {kubernetes.azure.com/role: agent}\n",
+            "x",
+        )
+        .expect("parses");
+        let phase = &config.rules.virtual_node_phase;
+        assert_eq!(phase.mode, Mode::Warn);
+        assert_eq!(phase.node_selector.len(), 1);
+    }
+
+    #[test]
+    fn virtual_node_phase_refuses_deny_and_an_empty_node_selector() {
+        for (yaml, key) in [
+            ("mode: deny", "virtual-node-phase.mode"),
+            ("nodeSelector: {}", "virtual-node-phase.nodeSelector"),
+        ] {
+            let error =
+                Config::from_yaml(&format!("rules:\n  virtual-node-phase:\n    {yaml}\n"), "x")
+                    .expect_err("refused");
+            assert!(error.to_string().contains(key), "{error}");
+        }
     }
 }

@@ -6,18 +6,21 @@
 //! the rules), so a field our Kubernetes types do not know is in neither and is never removed.
 //! Lists of named items (containers, volumes) are diffed by name, so such a field also stays
 //! on its own container when a container is inserted before it.
+//!
+//! `UPDATE pods/status` goes to the status rules instead (only while one is on): they see the
+//! whole Pod and the patch is the diff of its typed status, so nothing but status changes.
 
 use std::collections::BTreeMap;
 
 use json_patch::PatchOperation;
 use json_patch::jsonptr::{Pointer, PointerBuf};
-use k8s_openapi::api::core::v1::PodSpec;
-use serde::Deserialize;
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::cluster::ClusterView;
 use crate::config::{Config, Mode};
-use crate::rules::{self, PodMeta, Rule, RuleContext};
+use crate::rules::{self, PodMeta, Rule, RuleContext, StatusRule};
 use crate::target::{self, Target, WorkloadKind};
 
 /// Lists rules (or `all`) podmend must leave alone on this object.
@@ -151,6 +154,8 @@ impl Outcome {
 /// The rules of one configuration, ready to review objects.
 pub struct Engine {
     rules: Vec<Box<dyn Rule>>,
+    /// The status rules that are not off; empty (pods/status passed untouched) by default.
+    status_rules: Vec<Box<dyn StatusRule>>,
     exclude_namespaces: Vec<String>,
 }
 
@@ -158,6 +163,10 @@ impl Engine {
     pub fn new(config: &Config) -> Self {
         Self {
             rules: rules::registry(config),
+            status_rules: rules::status_registry(config)
+                .into_iter()
+                .filter(|rule| rule.mode() != Mode::Off)
+                .collect(),
             exclude_namespaces: config.exclude_namespaces.clone(),
         }
     }
@@ -170,6 +179,12 @@ impl Engine {
         };
         let skip = |reason| Outcome::skipped(Some(target), reason);
         if !subject.sub_resource.is_empty() {
+            let pod_status_update = subject.sub_resource == "status"
+                && target.kind == WorkloadKind::Pod
+                && subject.operation == Operation::Update;
+            if pod_status_update && !self.status_rules.is_empty() {
+                return self.review_status(target, subject, cluster);
+            }
             return skip(Skip::SubResource);
         }
         if !acts_on(target, subject.operation) {
@@ -178,14 +193,7 @@ impl Engine {
         let Some(object) = subject.object.filter(|o| o.is_object()) else {
             return skip(Skip::NoObject);
         };
-        let namespace = if subject.namespace.is_empty() {
-            object
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-        } else {
-            subject.namespace
-        };
+        let namespace = namespace_of(subject, object);
         if self.exclude_namespaces.iter().any(|n| n == namespace) {
             return skip(Skip::ExcludedNamespace);
         }
@@ -321,17 +329,8 @@ impl Engine {
             None => repair.clone(),
             Some(enforced) => annotated(enforced, changed(true)),
         };
-        // The patches are diffs of the typed spec, where a field the API requires but the
-        // object lacks (a volumeMount without mountPath) reads as "": such a patch names paths
-        // the object does not have, and the API server would fail the create with an internal
-        // error. Leave the object to its validation, which says what is missing.
-        let differs = patch != repair;
-        for candidate in std::iter::once(&repair).chain(differs.then_some(&patch)) {
-            if let Err(error) = json_patch::patch(&mut object.clone(), candidate) {
-                return skip(Skip::UndecodablePodSpec(format!(
-                    "the repair does not apply to the object as sent: {error}"
-                )));
-            }
+        if let Err(reason) = applies(object, &patch, &repair) {
+            return skip(reason);
         }
         Outcome {
             target: Some(target),
@@ -340,6 +339,128 @@ impl Engine {
             patch,
             repair,
         }
+    }
+
+    /// Runs the status rules on an `UPDATE pods/status`. The patch is the diff of the Pod's
+    /// typed status before and after, so it names nothing outside `/status` and drops no
+    /// field the types do not know; no `podmend.io/mutated` annotation is added.
+    fn review_status(
+        &self,
+        target: &'static Target,
+        subject: &Subject<'_>,
+        cluster: &dyn ClusterView,
+    ) -> Outcome {
+        let skip = |reason| Outcome::skipped(Some(target), reason);
+        let Some(object) = subject.object.filter(|o| o.is_object()) else {
+            return skip(Skip::NoObject);
+        };
+        let namespace = namespace_of(subject, object);
+        if self.exclude_namespaces.iter().any(|n| n == namespace) {
+            return skip(Skip::ExcludedNamespace);
+        }
+        let annotations = string_map(object.pointer("/metadata/annotations"));
+        if annotations.contains_key(MIRROR_ANNOTATION) {
+            return skip(Skip::MirrorPod);
+        }
+        let skipped_rules = SkipList::from_annotations([&annotations]);
+        if skipped_rules.all {
+            return skip(Skip::SkipAnnotation);
+        }
+        let active: Vec<&dyn StatusRule> = self
+            .status_rules
+            .iter()
+            .map(Box::as_ref)
+            .filter(|rule| !skipped_rules.contains(rule.id()) && rule.may_apply(object))
+            .collect();
+        if active.is_empty() {
+            return Outcome {
+                target: Some(target),
+                ..Outcome::default()
+            };
+        }
+        let pod = match Pod::deserialize(object) {
+            Ok(pod) => pod,
+            Err(error) => return skip(Skip::UndecodablePodSpec(error.to_string())),
+        };
+        // The stored Pod only tells whether it is being deleted or already terminal.
+        let old = subject
+            .old_object
+            .and_then(|old| Pod::deserialize(old).ok());
+        let cx = RuleContext { namespace, cluster };
+        let original = pod.status.clone().unwrap_or_default();
+        let original_value = to_json(&original);
+        let (mut repaired, mut applied) = (original.clone(), original);
+        let mut findings = Vec::new();
+        for rule in active {
+            let before = to_json(&repaired);
+            let messages = rule.repair(&pod, old.as_ref(), &mut repaired, &cx);
+            let patch = prefixed(
+                &parse_pointer("/status"),
+                diff(&before, &to_json(&repaired)),
+            );
+            if messages.is_empty() && patch.is_empty() {
+                continue;
+            }
+            if rule.mode() == Mode::Enforce {
+                rule.repair(&pod, old.as_ref(), &mut applied, &cx);
+            }
+            findings.push(Finding {
+                rule: rule.id(),
+                mode: rule.mode(),
+                messages,
+                advice: rule.advice(),
+                patch,
+            });
+        }
+        let status_patch = |status| {
+            prefixed(
+                &parse_pointer("/status"),
+                diff(&original_value, &to_json(status)),
+            )
+        };
+        let (patch, repair) = (status_patch(&applied), status_patch(&repaired));
+        if let Err(reason) = applies(object, &patch, &repair) {
+            return skip(reason);
+        }
+        Outcome {
+            target: Some(target),
+            skipped: None,
+            findings,
+            patch,
+            repair,
+        }
+    }
+}
+
+/// The patches are diffs of typed objects, where a field the API requires but the object
+/// lacks (a volumeMount without mountPath) reads as "": such a patch names paths the object
+/// does not have, and the API server would fail the request with an internal error. Leave
+/// the object to its validation, which says what is missing.
+fn applies(
+    object: &Value,
+    patch: &[PatchOperation],
+    repair: &[PatchOperation],
+) -> Result<(), Skip> {
+    let differs = patch != repair;
+    for candidate in std::iter::once(repair).chain(differs.then_some(patch)) {
+        if let Err(error) = json_patch::patch(&mut object.clone(), candidate) {
+            return Err(Skip::UndecodablePodSpec(format!(
+                "the repair does not apply to the object as sent: {error}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The request's namespace, or the object's own when the request names none.
+fn namespace_of<'a>(subject: &Subject<'a>, object: &'a Value) -> &'a str {
+    if subject.namespace.is_empty() {
+        object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    } else {
+        subject.namespace
     }
 }
 
@@ -599,9 +720,9 @@ fn parse_pointer(text: &str) -> PointerBuf {
     PointerBuf::parse(text).unwrap_or_default()
 }
 
-fn to_json(spec: &PodSpec) -> Value {
+fn to_json(typed: &impl Serialize) -> Value {
     // Serializing a k8s-openapi type into a Value cannot fail (string keys, no custom errors).
-    serde_json::to_value(spec).unwrap_or(Value::Null)
+    serde_json::to_value(typed).unwrap_or(Value::Null)
 }
 
 fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {

@@ -19,6 +19,7 @@ static ENGINES: LazyLock<Vec<(&'static str, Engine)>> = LazyLock::new(|| {
     let mut enforce = every_rule(Mode::Enforce);
     enforce.rules.dind_rm.sidecar_mode = SidecarMode::Container;
     enforce.rules.agent_requests.limit_from_request = false;
+    enforce.rules.virtual_node_phase.mode = Mode::Enforce;
     vec![
         ("default", Engine::new(&Config::default())),
         ("enforce", Engine::new(&enforce)),
@@ -51,6 +52,12 @@ impl ClusterView for FuzzCluster {
 
     fn node_taints(&self, name: &str) -> Option<Vec<Taint>> {
         (!name.starts_with("unknown")).then(|| self.taints.clone())
+    }
+
+    /// Every known node is a virtual-kubelet node, so `virtual-node-phase` is fuzzed too.
+    fn node_labels(&self, name: &str) -> Option<std::collections::BTreeMap<String, String>> {
+        (!name.starts_with("unknown"))
+            .then(|| [("type".to_string(), "virtual-kubelet".to_string())].into())
     }
 
     fn limit_range_items(&self, _namespace: &str) -> Vec<LimitRangeItem> {

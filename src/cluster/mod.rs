@@ -6,7 +6,7 @@
 
 pub mod watch;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
 
@@ -16,6 +16,8 @@ pub trait ClusterView: Send + Sync {
     fn lookups_enabled(&self) -> bool;
     /// The taints of node `name`, or `None` when the node is not known.
     fn node_taints(&self, name: &str) -> Option<Vec<Taint>>;
+    /// The labels of node `name`, or `None` when the node is not known.
+    fn node_labels(&self, name: &str) -> Option<BTreeMap<String, String>>;
     /// The LimitRange items of every LimitRange in `namespace` (empty when none).
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem>;
 }
@@ -26,6 +28,8 @@ pub struct StaticCluster {
     /// When false, behaves as "no cluster": every node is unknown.
     pub lookups: bool,
     pub nodes: HashMap<String, Vec<Taint>>,
+    /// Labels of the nodes in `nodes` (a node missing here has none).
+    pub node_labels: HashMap<String, BTreeMap<String, String>>,
     pub limit_ranges: HashMap<String, Vec<LimitRangeItem>>,
 }
 
@@ -48,6 +52,19 @@ impl StaticCluster {
         self
     }
 
+    /// Adds node `name` (without taints, unless it has some already) with these labels.
+    pub fn with_labeled_node(mut self, name: &str, labels: &[(&str, &str)]) -> Self {
+        self.nodes.entry(name.to_string()).or_default();
+        self.node_labels.insert(
+            name.to_string(),
+            labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        self
+    }
+
     pub fn with_limit_range(mut self, namespace: &str, items: Vec<LimitRangeItem>) -> Self {
         self.limit_ranges
             .entry(namespace.to_string())
@@ -67,6 +84,13 @@ impl ClusterView for StaticCluster {
             return None;
         }
         self.nodes.get(name).cloned()
+    }
+
+    fn node_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        if !self.lookups || !self.nodes.contains_key(name) {
+            return None;
+        }
+        Some(self.node_labels.get(name).cloned().unwrap_or_default())
     }
 
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {

@@ -1,6 +1,7 @@
 //! Reflector caches of Nodes and LimitRanges, kept by kube-runtime watchers, that answer
 //! [`ClusterView`] for `serve`; plus how a Kubernetes client is found ([`Lookups`]).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -73,6 +74,11 @@ impl ClusterView for WatchedCluster {
                 .and_then(|spec| spec.taints.clone())
                 .unwrap_or_default(),
         )
+    }
+
+    fn node_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        let node = self.nodes.get(&ObjectRef::new(name))?;
+        Some(node.metadata.labels.clone().unwrap_or_default())
     }
 
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
@@ -470,6 +476,22 @@ mod tests {
         bare.spec = None;
         let view = cluster(vec![bare], vec![]);
         assert_eq!(view.node_taints("n1"), Some(vec![]));
+    }
+
+    #[test]
+    fn a_cached_node_answers_its_labels_and_an_unknown_node_none() {
+        let mut labelled = node("vk", None);
+        labelled.metadata.labels = Some(BTreeMap::from([(
+            "type".to_string(),
+            "virtual-kubelet".to_string(),
+        )]));
+        let view = cluster(vec![labelled, node("n1", None)], vec![]);
+        assert_eq!(
+            view.node_labels("vk").and_then(|l| l.get("type").cloned()),
+            Some("virtual-kubelet".to_string())
+        );
+        assert_eq!(view.node_labels("n1"), Some(BTreeMap::new()));
+        assert_eq!(view.node_labels("n2"), None);
     }
 
     #[test]

@@ -7,14 +7,19 @@
 //! | `node-affinity` | `spec.nodeName` → required node affinity on `metadata.name` (+ tolerations for the node's NoSchedule taints) |
 //! | `dind-rm` | pods running a Docker daemon or mounting the node's `docker.sock`: `podmend guard` injected between the docker clients and the daemon, enforcing `docker run --rm` |
 //! | `agent-requests` | agent pods: cpu/memory requests → `"0"` (or the LimitRange floor), limits kept |
+//! | `virtual-node-phase` | opt-in, on `UPDATE pods/status`: phase `Pending` → `Running` on virtual-kubelet nodes when every container runs |
+//!
+//! The first three are [`Rule`]s on a pod spec; `virtual-node-phase` is a [`StatusRule`]: it
+//! sees the whole Pod and may change only its status.
 
 pub mod agent_requests;
 pub mod dind_rm;
 pub mod node_affinity;
+pub mod virtual_node_phase;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
 use serde_json::Value;
 
 use crate::cluster::ClusterView;
@@ -65,6 +70,29 @@ pub trait Rule: Send + Sync {
     fn advice(&self) -> &'static str;
 }
 
+/// A rule on `UPDATE pods/status`. The API server keeps only status (and metadata) edits on
+/// this subresource, so a status rule is given the Pod to read and its status to change.
+pub trait StatusRule: Send + Sync {
+    /// The rule's name in config, annotations, warnings and metrics.
+    fn id(&self) -> &'static str;
+    /// `enforce`, `warn` or `off` (there is no `deny` for a status write).
+    fn mode(&self) -> Mode;
+    /// A cheap look at the raw Pod: false when `repair` could not find anything, so most
+    /// status writes never pay for a typed decode.
+    fn may_apply(&self, raw_pod: &Value) -> bool;
+    /// Repairs `status` (a copy of `pod`'s) in place and returns one short message per change;
+    /// `old` is the Pod as stored.
+    fn repair(
+        &self,
+        pod: &Pod,
+        old: Option<&Pod>,
+        status: &mut PodStatus,
+        cx: &RuleContext<'_>,
+    ) -> Vec<String>;
+    /// What the operator can do about the cause, for warnings and audit findings.
+    fn advice(&self) -> &'static str;
+}
+
 /// Every rule, in the order they run. `dind-rm` runs before `agent-requests` so an agent
 /// pod's injected guard gets zero requests like its other containers in the same pass (after,
 /// the API server's reinvocation would zero them in a second pass: not idempotent).
@@ -80,5 +108,17 @@ pub fn registry(config: &Config) -> Vec<Box<dyn Rule>> {
     ]
 }
 
-/// The ids of every rule, in registry order.
-pub const RULE_IDS: &[&str] = &[node_affinity::ID, dind_rm::ID, agent_requests::ID];
+/// Every status rule, in the order they run.
+pub fn status_registry(config: &Config) -> Vec<Box<dyn StatusRule>> {
+    vec![Box::new(virtual_node_phase::VirtualNodePhase::new(
+        config.rules.virtual_node_phase.clone(),
+    ))]
+}
+
+/// The ids of every rule, in registry order (status rules last).
+pub const RULE_IDS: &[&str] = &[
+    node_affinity::ID,
+    dind_rm::ID,
+    agent_requests::ID,
+    virtual_node_phase::ID,
+];
