@@ -1014,4 +1014,112 @@ mod tests {
             "{json}"
         );
     }
+
+    /// A pod on a virtual-kubelet node, Pending while its one container runs, with a field
+    /// the types do not know in its status.
+    fn pending_virtual_pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "agent", "namespace": "ns"},
+            "spec": {"nodeName": "vk", "containers": [{"name": "jnlp", "image": "x"}]},
+            "status": {"phase": "Pending", "inventedStatusField": {"keep": true},
+                "containerStatuses": [{"name": "jnlp", "image": "x", "imageID": "", "ready": true,
+                    "restartCount": 0, "started": true, "state": {"running": {}}}]}})
+    }
+
+    fn status_update<'a>(object: &'a Value) -> Subject<'a> {
+        Subject {
+            operation: Operation::Update,
+            sub_resource: "status",
+            old_object: Some(object),
+            ..create("", "Pod", object)
+        }
+    }
+
+    fn virtual_node_phase(mode: Mode) -> Engine {
+        let mut config = Config::default();
+        config.rules.virtual_node_phase.mode = mode;
+        Engine::new(&config)
+    }
+
+    fn virtual_cluster() -> StaticCluster {
+        StaticCluster::empty().with_labeled_node("vk", &[("type", "virtual-kubelet")])
+    }
+
+    #[test]
+    fn a_status_update_is_passed_untouched_while_virtual_node_phase_is_off() {
+        let object = pending_virtual_pod();
+        let outcome = engine().review(&status_update(&object), &virtual_cluster());
+        assert_eq!(outcome.skipped, Some(Skip::SubResource));
+        assert!(outcome.patch.is_empty());
+    }
+
+    #[test]
+    fn a_status_update_patch_replaces_only_the_phase_and_adds_no_annotation() {
+        let object = pending_virtual_pod();
+        let outcome =
+            virtual_node_phase(Mode::Enforce).review(&status_update(&object), &virtual_cluster());
+        let json = serde_json::to_value(&outcome.patch).expect("serializes");
+        assert_eq!(
+            json,
+            json!([{"op": "replace", "path": "/status/phase", "value": "Running"}])
+        );
+        let patched = apply(&object, &outcome.patch);
+        assert_eq!(
+            patched["status"]["inventedStatusField"],
+            json!({"keep": true})
+        );
+        // Idempotent: the API server's reinvocation finds nothing more to do.
+        let again =
+            virtual_node_phase(Mode::Enforce).review(&status_update(&patched), &virtual_cluster());
+        assert!(again.patch.is_empty() && again.findings.is_empty());
+    }
+
+    #[test]
+    fn a_status_update_in_warn_mode_finds_and_changes_nothing() {
+        let object = pending_virtual_pod();
+        let outcome =
+            virtual_node_phase(Mode::Warn).review(&status_update(&object), &virtual_cluster());
+        assert!(outcome.patch.is_empty());
+        assert_eq!(outcome.findings.len(), 1);
+        assert_eq!(outcome.findings[0].mode, Mode::Warn);
+        assert_eq!(outcome.repair.len(), 1);
+    }
+
+    #[test]
+    fn a_status_update_honours_the_skip_annotation_and_the_excluded_namespaces() {
+        let mut object = pending_virtual_pod();
+        object["metadata"]["annotations"] = json!({"podmend.io/skip": "virtual-node-phase"});
+        let outcome =
+            virtual_node_phase(Mode::Enforce).review(&status_update(&object), &virtual_cluster());
+        assert!(outcome.patch.is_empty() && outcome.findings.is_empty());
+
+        let mut config = Config::default();
+        config.rules.virtual_node_phase.mode = Mode::Enforce;
+        config.exclude_namespaces = vec!["ns".to_string()];
+        let object = pending_virtual_pod();
+        let outcome = Engine::new(&config).review(&status_update(&object), &virtual_cluster());
+        assert_eq!(outcome.skipped, Some(Skip::ExcludedNamespace));
+    }
+
+    #[test]
+    fn other_subresources_and_operations_stay_skipped_with_virtual_node_phase_on() {
+        let object = pending_virtual_pod();
+        let engine = virtual_node_phase(Mode::Enforce);
+        let binding = Subject {
+            sub_resource: "binding",
+            ..status_update(&object)
+        };
+        assert_eq!(
+            engine.review(&binding, &virtual_cluster()).skipped,
+            Some(Skip::SubResource)
+        );
+        let create_status = Subject {
+            operation: Operation::Create,
+            ..status_update(&object)
+        };
+        assert_eq!(
+            engine.review(&create_status, &virtual_cluster()).skipped,
+            Some(Skip::SubResource)
+        );
+    }
 }

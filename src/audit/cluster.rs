@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{LimitRange, Node, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Resource};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
@@ -21,6 +22,7 @@ use super::{ObjectRef, Report, Source, Symptom, SymptomKind};
 use crate::cluster::StaticCluster;
 use crate::config::Mode;
 use crate::engine::Engine;
+use crate::rules::virtual_node_phase;
 
 /// What can stop `audit --cluster`, each with what to do about it.
 #[derive(Debug, thiserror::Error)]
@@ -580,33 +582,19 @@ impl PodSymptoms {
         }
     }
 
-    /// Phase `Pending` while every container of `spec.containers` has a running status.
+    /// Phase `Pending` while every container runs (the kubelet's phase rule says `Running`):
+    /// the case the opt-in `virtual-node-phase` rule corrects, reported whether it is on or not.
     fn pending_with_running_containers(&mut self, pod: &Value) {
         if text(pod, "/status/phase") != "Pending" {
             return;
         }
-        let Some(containers) = pod.pointer("/spec/containers").and_then(Value::as_array) else {
+        let Ok(typed) = Pod::deserialize(pod) else {
             return;
         };
-        let statuses = pod
-            .pointer("/status/containerStatuses")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        if containers.is_empty() || statuses.is_empty() {
+        if !virtual_node_phase::is_pending_with_every_container_running(&typed) {
             return;
         }
-        let running = |name: &str| {
-            statuses.iter().any(|status| {
-                text(status, "/name") == name
-                    && status
-                        .pointer("/state/running")
-                        .is_some_and(Value::is_object)
-            })
-        };
-        if !containers.iter().all(|c| running(text(c, "/name"))) {
-            return;
-        }
+        let containers = typed.spec.as_ref().map_or(0, |spec| spec.containers.len());
         let object = ObjectRef::of(pod);
         let node = match text(pod, "/spec/nodeName") {
             "" => "no node".to_string(),
@@ -614,9 +602,7 @@ impl PodSymptoms {
         };
         let message = format!(
             "Pod {}/{}: phase Pending while all {} container(s) are running, on {node}; clients that wait for Running (e.g. Jenkins agents) time out",
-            object.namespace,
-            object.name,
-            containers.len()
+            object.namespace, object.name, containers
         );
         self.pending.push(Symptom {
             kind: SymptomKind::PendingWithRunningContainers,
@@ -1031,6 +1017,18 @@ mod tests {
             "spec": {"containers": [{"name": "a"}, {"name": "b"}]},
             "status": {"phase": "Pending", "containerStatuses": [
                 {"name": "a", "state": {"running": {"startedAt": "2024-01-01T00:00:00Z"}}}]}});
+        let mut symptoms = PodSymptoms::default();
+        symptoms.pending_with_running_containers(&pod);
+        assert!(symptoms.pending.is_empty());
+    }
+
+    #[test]
+    fn a_pending_pod_whose_init_container_still_runs_is_not_reported() {
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"initContainers": [{"name": "init"}], "containers": [{"name": "a"}]},
+            "status": {"phase": "Pending",
+                "initContainerStatuses": [{"name": "init", "image": "x", "imageID": "", "ready": false, "restartCount": 0, "state": {"running": {}}}],
+                "containerStatuses": [{"name": "a", "image": "x", "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}});
         let mut symptoms = PodSymptoms::default();
         symptoms.pending_with_running_containers(&pod);
         assert!(symptoms.pending.is_empty());

@@ -555,7 +555,8 @@ fn symptom_help(kind: SymptomKind) -> &'static str {
         }
         SymptomKind::PendingWithRunningContainers => {
             "clients that wait for phase Running (the Jenkins kubernetes-plugin, \
-             JENKINS-68649) kill and recreate such pods"
+             JENKINS-68649) kill and recreate such pods; on virtual-kubelet nodes podmend's \
+             opt-in virtual-node-phase rule sets Running"
         }
         SymptomKind::DindHostSocket => {
             "containers it starts without --rm outlive the pod on the node's daemon and fill \
