@@ -892,3 +892,340 @@ fn the_schema_check_accepts_valid_objects_and_rejects_wrong_types_and_unknown_fi
     validate_with_schema(&[unknown_kind], false)
         .expect_err("a kind without a schema is a failure, not a skip");
 }
+
+// ---------------------------------------------------------------- pods/status UPDATE (§6.1)
+
+/// A stored Pod on a virtual-kubelet node: one regular init container (done), one sidecar
+/// (terminated), one app container (terminated with `exit_code`).
+fn stored_pod(restart_policy: &str, exit_code: i64) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": "p", "namespace": "default", "uid": "uid-1", "resourceVersion": "7",
+            "generation": 1, "creationTimestamp": "2024-01-01T00:00:00Z",
+            "labels": {"app": "demo"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs",
+                "uid": "uid-rs", "controller": true}]
+        },
+        "spec": {
+            "nodeName": "vk-node", "restartPolicy": restart_policy,
+            "initContainers": [
+                {"name": "init", "image": "busybox"},
+                {"name": "sidecar", "image": "envoy", "restartPolicy": "Always"}
+            ],
+            "containers": [{"name": "app", "image": "busybox"}]
+        },
+        "status": {
+            "phase": "Pending", "qosClass": "BestEffort", "observedGeneration": 1,
+            "hostIP": "10.0.0.1", "hostIPs": [{"ip": "10.0.0.1"}],
+            "podIP": "10.1.0.5", "podIPs": [{"ip": "10.1.0.5"}],
+            "conditions": [{"type": "PodScheduled", "status": "True", "observedGeneration": 1}],
+            "initContainerStatuses": [
+                {"name": "init", "state": {"terminated": {"exitCode": 0}}},
+                {"name": "sidecar", "state": {"terminated": {"exitCode": 0}}}
+            ],
+            "containerStatuses": [
+                {"name": "app", "state": {"terminated": {"exitCode": exit_code}}}
+            ]
+        }
+    })
+}
+
+/// `pod` with `status.containerStatuses` (or `initContainerStatuses`) entry `name` running.
+fn with_running(mut pod: Value, list: &str, name: &str) -> Value {
+    for status in pod["status"][list].as_array_mut().unwrap() {
+        if status["name"] == name {
+            status["state"] = json!({"running": {"startedAt": "2024-01-01T00:01:00Z"}});
+        }
+    }
+    pod
+}
+
+fn expect_refused(old: &Value, new: &Value, needle: &str) {
+    match pod_status_update_as_api_server(old, new) {
+        Ok(stored) => panic!("expected an error containing {needle:?}, got stored {stored}"),
+        Err(errs) => assert!(
+            errs.iter().any(|e| e.contains(needle)),
+            "expected an error containing {needle:?}, got {errs:?}"
+        ),
+    }
+}
+
+fn expect_stored(old: &Value, new: &Value) -> Value {
+    pod_status_update_as_api_server(old, new)
+        .unwrap_or_else(|errs| panic!("expected the update to be stored, got {errs:?}"))
+}
+
+#[test]
+fn spec_edits_on_pods_status_are_discarded_and_the_old_spec_is_stored() {
+    let old = stored_pod("Always", 0);
+    let mut new = old.clone();
+    new["spec"]["containers"][0]["image"] = json!("nginx");
+    new["spec"]["nodeSelector"] = json!({"zone": "a"});
+    new["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "0"}});
+    new["metadata"]["labels"]["patched"] = json!("yes");
+    new["status"]["message"] = json!("patched by a webhook");
+
+    let stored = expect_stored(&old, &new);
+    assert_eq!(
+        stored["spec"], old["spec"],
+        "the stored spec is the old one"
+    );
+    assert_eq!(
+        stored["metadata"]["labels"]["patched"], "yes",
+        "label edits persist"
+    );
+    assert_eq!(
+        stored["status"]["message"], "patched by a webhook",
+        "status edits persist"
+    );
+}
+
+#[test]
+fn a_phase_change_from_pending_to_running_is_accepted_and_kept() {
+    let old = stored_pod("Always", 0);
+    let mut new = with_running(old.clone(), "containerStatuses", "app");
+    new["status"]["phase"] = json!("Running");
+    let stored = expect_stored(&old, &new);
+    assert_eq!(stored["status"]["phase"], "Running");
+}
+
+#[test]
+fn a_node_name_change_through_pods_status_is_discarded_before_validation_could_refuse_it() {
+    // ValidatePodStatusUpdate has "status.nodeName: may not be changed directly", but
+    // PrepareForUpdate already copied the old spec, so the real API server never reaches it.
+    let old = stored_pod("Always", 0);
+    let mut new = old.clone();
+    new["spec"]["nodeName"] = json!("other-node");
+    let stored = expect_stored(&old, &new);
+    assert_eq!(stored["spec"]["nodeName"], "vk-node");
+}
+
+#[test]
+fn changing_the_qos_class_is_refused_but_clearing_it_backfills_the_old_one() {
+    let old = stored_pod("Always", 0);
+    let mut changed = old.clone();
+    changed["status"]["qosClass"] = json!("Guaranteed");
+    expect_refused(
+        &old,
+        &changed,
+        "status.qosClass: Invalid value: \"Guaranteed\": field is immutable",
+    );
+
+    let mut cleared = old.clone();
+    cleared["status"]
+        .as_object_mut()
+        .unwrap()
+        .remove("qosClass");
+    assert_eq!(
+        expect_stored(&old, &cleared)["status"]["qosClass"],
+        "BestEffort"
+    );
+}
+
+#[test]
+fn a_terminated_container_may_not_run_again_unless_the_restart_policy_allows_it() {
+    let cases = [
+        ("Never", 0, false),
+        ("Never", 1, false),
+        ("OnFailure", 0, false),
+        ("OnFailure", 1, true),
+        ("Always", 0, true),
+        ("Always", 1, true),
+    ];
+    let mut failures = Vec::new();
+    for (policy, exit_code, allowed) in cases {
+        let old = stored_pod(policy, exit_code);
+        let new = with_running(old.clone(), "containerStatuses", "app");
+        let got = pod_status_update_as_api_server(&old, &new);
+        let ok = match &got {
+            Ok(_) => allowed,
+            Err(errs) => {
+                !allowed
+                    && errs.iter().any(|e| {
+                        e == "status.containerStatuses[0].state: Forbidden: may not be \
+                              transitioned to non-terminated state"
+                    })
+            }
+        };
+        if !ok {
+            failures.push(format!("{policy}, exit {exit_code}: got {got:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_sidecar_may_run_again_after_terminating_but_a_regular_init_container_may_not() {
+    let old = stored_pod("Never", 0);
+    let sidecar = with_running(old.clone(), "initContainerStatuses", "sidecar");
+    expect_stored(&old, &sidecar);
+
+    let init = with_running(old.clone(), "initContainerStatuses", "init");
+    expect_refused(
+        &old,
+        &init,
+        "status.initContainerStatuses[0].state: Forbidden: may not be transitioned",
+    );
+}
+
+#[test]
+fn custom_condition_types_must_be_qualified_names() {
+    let old = stored_pod("Always", 0);
+    let with_condition = |ty: &str| {
+        let mut new = old.clone();
+        new["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": ty, "status": "True"}));
+        new
+    };
+    expect_stored(&old, &with_condition("example.com/vk-ready"));
+    expect_stored(&old, &with_condition("Ready"));
+    expect_refused(
+        &old,
+        &with_condition("not a type!"),
+        "metadata.conditions[1].Type",
+    );
+}
+
+#[test]
+fn pods_status_keeps_the_fields_the_status_endpoint_does_not_own() {
+    let mut old = stored_pod("Always", 0);
+    old["metadata"]["deletionTimestamp"] = json!("2024-01-02T00:00:00Z");
+    old["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    old["status"]["conditions"][0]["observedGeneration"] = json!(4);
+
+    let mut new = old.clone();
+    let meta = new["metadata"].as_object_mut().unwrap();
+    meta.remove("deletionTimestamp");
+    meta.remove("deletionGracePeriodSeconds");
+    meta.remove("ownerReferences");
+    meta.insert("generation".into(), json!(9));
+    new["status"]
+        .as_object_mut()
+        .unwrap()
+        .remove("observedGeneration");
+    new["status"]["conditions"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("observedGeneration");
+
+    let stored = expect_stored(&old, &new);
+    for key in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "ownerReferences",
+        "generation",
+    ] {
+        assert_eq!(
+            stored["metadata"][key], old["metadata"][key],
+            "metadata.{key}"
+        );
+    }
+    assert_eq!(stored["status"]["observedGeneration"], 1);
+    assert_eq!(stored["status"]["conditions"][0]["observedGeneration"], 4);
+
+    // A Pod that is not being deleted cannot be made so through pods/status.
+    let old = stored_pod("Always", 0);
+    let mut new = old.clone();
+    new["metadata"]["deletionTimestamp"] = json!("2024-01-02T00:00:00Z");
+    assert!(
+        expect_stored(&old, &new)["metadata"]
+            .get("deletionTimestamp")
+            .is_none()
+    );
+
+    // And no new finalizers while it is being deleted.
+    let mut old = stored_pod("Always", 0);
+    old["metadata"]["deletionTimestamp"] = json!("2024-01-02T00:00:00Z");
+    let mut new = old.clone();
+    new["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    expect_refused(&old, &new, "metadata.finalizers: Forbidden");
+}
+
+#[test]
+fn pods_status_metadata_edits_are_validated() {
+    let old = stored_pod("Always", 0);
+    let edit = |f: &dyn Fn(&mut Value)| {
+        let mut new = old.clone();
+        f(&mut new);
+        new
+    };
+    expect_refused(
+        &old,
+        &edit(&|p| p["metadata"]["name"] = json!("q")),
+        "metadata.name",
+    );
+    expect_refused(
+        &old,
+        &edit(&|p| p["metadata"]["uid"] = json!("uid-2")),
+        "metadata.uid",
+    );
+    expect_refused(
+        &old,
+        &edit(&|p| p["metadata"]["labels"]["bad key!"] = json!("v")),
+        "metadata.labels",
+    );
+    expect_refused(
+        &old,
+        &edit(&|p| p["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"})),
+        "may not add mirror pod annotation",
+    );
+    // An omitted uid is taken from the stored object.
+    let stored = expect_stored(
+        &old,
+        &edit(&|p| {
+            p["metadata"].as_object_mut().unwrap().remove("uid");
+        }),
+    );
+    assert_eq!(stored["metadata"]["uid"], "uid-1");
+}
+
+#[test]
+fn pod_and_host_ips_must_parse_and_host_ip_must_match_the_first_host_ips_entry() {
+    let old = stored_pod("Always", 0);
+    let with_status = |patch: Value| {
+        let mut new = old.clone();
+        for (k, v) in patch.as_object().unwrap() {
+            new["status"][k] = v.clone();
+        }
+        new
+    };
+    let accepted = [
+        json!({"podIPs": [{"ip": "10.1.0.6"}, {"ip": "fd00::6"}]}),
+        json!({"podIPs": [{"ip": "010.001.000.006"}]}),
+        json!({"hostIP": "fd00::1", "hostIPs": [{"ip": "fd00::1"}, {"ip": "10.0.0.1"}]}),
+    ];
+    let refused = [
+        (
+            json!({"podIPs": [{"ip": "10.1.0.300"}]}),
+            "status.podIPs[0]: Invalid value",
+        ),
+        (
+            json!({"podIPs": [{"ip": "10.1.0.6"}, {"ip": "10.1.0.7"}]}),
+            "one IP for each IP family",
+        ),
+        (
+            json!({"podIPs": [{"ip": "fd00::6"}, {"ip": "fd00::6"}]}),
+            "Duplicate value",
+        ),
+        (
+            json!({"hostIP": "10.0.0.2", "hostIPs": [{"ip": "10.0.0.1"}]}),
+            "status.hostIPs[0].ip: Invalid value: \"10.0.0.1\": must be equal to `hostIP`",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for patch in accepted {
+        if let Err(errs) = pod_status_update_as_api_server(&old, &with_status(patch.clone())) {
+            failures.push(format!("{patch}: expected accepted, got {errs:?}"));
+        }
+    }
+    for (patch, needle) in refused {
+        match pod_status_update_as_api_server(&old, &with_status(patch.clone())) {
+            Err(errs) if errs.iter().any(|e| e.contains(needle)) => {}
+            got => failures.push(format!("{patch}: expected {needle:?}, got {got:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -338,16 +338,6 @@ def test_every_object_passes_the_official_schema(rendered):
     assert skipped <= CRD_KINDS, f"{case}: no schema for {skipped - CRD_KINDS}; only {CRD_KINDS} may be skipped"
 
 
-@lru_cache(maxsize=1)
-def default_config_text() -> str:
-    return subprocess.run([str(podmend_bin()), "config"], capture_output=True, text=True, check=True).stdout
-
-
-def podmend_knows_rule(name: str) -> bool:
-    """Whether this podmend build has the rule (its defaults, `podmend config`, list it)."""
-    return re.search(rf"^  {re.escape(name)}:", default_config_text(), re.M) is not None
-
-
 def config_check(path: Path, text: str) -> subprocess.CompletedProcess[str]:
     path.write_text(text)
     return subprocess.run([str(podmend_bin()), "config", "--check", str(path)], capture_output=True, text=True)
@@ -360,14 +350,6 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
     )
     text = config_map["data"]["config.yaml"]
     config = yaml.safe_load(text)
-    if "virtual-node-phase" in config["rules"] and not podmend_knows_rule("virtual-node-phase"):
-        # The chart renders the opt-in rule ahead of the server (issue 8). Until podmend knows
-        # it, its config must be refused for that section and nothing else.
-        refusal = config_check(tmp_path / "config.yaml", text)
-        assert refusal.returncode != 0 and "unknown field `virtual-node-phase`" in refusal.stderr, refusal.stderr
-        rest = copy.deepcopy(config)
-        del rest["rules"]["virtual-node-phase"]
-        text = yaml.safe_dump(rest)
     check = config_check(tmp_path / "config.yaml", text)
     assert check.returncode == 0, f"{case}: podmend config --check refused the chart's config:\n{check.stdout}{check.stderr}\n---\n{text}"
 
@@ -538,6 +520,13 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
             assert "!has(object.metadata.annotations)" in mirror
             skip = conditions["not-skipped"]
             assert "'podmend.io/skip'" in skip and "'all'" in skip and skip.startswith("object == null ||")
+            pending = conditions.get("status-writes-of-pending-pods-only")
+            if mutating and status_active:
+                # Every request but a status write passes; a status write only for a Pending pod.
+                assert pending is not None and pending.startswith("request.subResource != 'status' ||")
+                assert "object.status.phase == 'Pending'" in pending and "has(object.status.phase)" in pending
+            else:
+                assert pending is None, f"{case}: {kind} filters status writes it never receives"
 
 
 def test_no_object_mentions_pods_binding(rendered):

@@ -1890,3 +1890,594 @@ pub fn limit_ranger_validate(spec: &Value, items: &[Value]) -> Vec<String> {
 pub fn compare_quantities(a: &str, b: &str) -> Result<Ordering, String> {
     Ok(Quantity::parse(a)?.cmp(&Quantity::parse(b)?))
 }
+
+// ------------------------------------------------------------------------------------------------
+// UPDATE of pods/status (§6.1)
+// ------------------------------------------------------------------------------------------------
+
+/// Pod condition types that `validatePodConditions` skips: every other type must be a
+/// qualified name.
+const SYSTEM_POD_CONDITIONS: &[&str] = &["PodScheduled", "Ready", "Initialized"];
+
+/// `core.MirrorPodAnnotationKey`: may not be added, removed or changed on update (§8.1).
+const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// `TotalAnnotationSizeLimitB` of `ValidateAnnotations`: 256 KiB over all keys and values.
+const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+
+/// What the API server does after the mutating webhooks on an UPDATE of pods/status (§6.1):
+/// podStatusStrategy.PrepareForUpdate on `new` against `old`, then ValidatePodStatusUpdate.
+/// Returns the Pod as it would be stored, or the validation errors.
+///
+/// `old` is the stored Pod (already defaulted, as every stored Pod is); `new` is the object
+/// after the last mutating webhook. Order, as in `rest.BeforeUpdate`
+/// (`staging/src/k8s.io/apiserver/pkg/registry/rest/update.go`, §5.8):
+///
+/// 1. `podStatusStrategy.PrepareForUpdate` (`pkg/registry/core/pod/strategy.go`):
+///    - `spec` := old `spec`. **Every spec edit is discarded**, silently.
+///    - `metadata.deletionTimestamp` := nil, and `metadata.ownerReferences` := old's.
+///    - an empty `status.qosClass` is backfilled from old.
+///    - `preserveOldObservedGeneration`: a zero/absent `status.observedGeneration` takes old's;
+///      each condition with a zero/absent `observedGeneration` takes the one of the old
+///      condition of the same type (matched in order, one old condition per new one).
+///    - `podutil.DropDisabledPodFields` is not modelled (alpha gates are off, see the top).
+/// 2. `BeforeUpdate`'s own metadata rules: `generation` := old's; an empty `uid` := old's;
+///    `creationTimestamp` := old's when old has one; `deletionTimestamp` := old's when old has
+///    one ("an update can never remove/change a deletion timestamp");
+///    `deletionGracePeriodSeconds` := old's when new has none. Together with step 1, the stored
+///    `deletionTimestamp` is **old's** (K8S-FACTS §6.1 says "set to nil": that is only step 1;
+///    step 2 restores it, so a Pod being deleted stays so and one that is not cannot be made so).
+/// 3. `ValidatePodStatusUpdate` (`pkg/apis/core/validation/validation.go` @000f2605):
+///    - `ValidateObjectMetaUpdate` (`apimachinery/pkg/api/validation/objectmeta.go`): name,
+///      namespace, uid, creationTimestamp, deletionTimestamp and deletionGracePeriodSeconds are
+///      immutable; no new finalizers while old is being deleted; label keys/values and
+///      annotation keys (lower-cased) and total annotation size. Not modelled: the
+///      `resourceVersion must be specified` rule (the store fills it for Pods, which allow
+///      unconditional updates), ownerReferences and managedFields formats.
+///    - `ValidatePodSpecificAnnotationUpdates`: only the mirror-pod annotation rule (§8.1); the
+///      AppArmor annotation rules are not modelled.
+///    - `validatePodConditions`: condition types other than PodScheduled, Ready and
+///      Initialized must be qualified names. The source reports them at
+///      `metadata.conditions[i].Type` (sic), and so do we.
+///    - `status.nodeName: Forbidden: may not be changed directly` when `spec.nodeName` differs.
+///      Kept for fidelity, but it can never fire here: step 1 already copied old's spec, so a
+///      webhook's nodeName change is discarded, not refused.
+///    - `status.nominatedNodeName`, when changed and non-empty, must be a DNS-1123 subdomain.
+///    - `status.qosClass` is immutable (`ValidateImmutableField`, after the backfill: clearing
+///      it is harmless, changing it, or setting it where old had none, is refused).
+///    - `ValidateContainerStateTransition` / `ValidateInitContainerStateTransition` (see
+///      `container_state_transition_errors` below); ephemeral containers count as `Never`;
+///      an absent `spec.restartPolicy` is read as its default, Always.
+///    - `validatePodIPs` / `validateHostIPs`: every `status.podIPs[*].ip` and
+///      `status.hostIPs[*].ip` parses (`netutils.ParseIPSloppy`: IPv4 octets may have leading
+///      zeros); with more than one, at most two and one per family, no duplicates; when
+///      `hostIPs` is set, `hostIP` must equal `hostIPs[0].ip`. `validatePodIPs` never looks
+///      at `podIP`, so there is no `podIP` == `podIPs[0]` check here (whatever the v1 to
+///      internal conversion does with the two was not checked and is not modelled).
+///    - **No check of `status.phase`**: any string, and any transition (also out of
+///      Succeeded/Failed), is accepted.
+///    - Not modelled: `resourceClaimStatuses`, container status `user` and
+///      `allocatedResourcesStatus` checks.
+pub fn pod_status_update_as_api_server(old: &Value, new: &Value) -> Result<Value, Vec<String>> {
+    let mut errs = Vec::new();
+    for (what, obj) in [("oldObject", old), ("object", new)] {
+        if !obj.is_object() {
+            errs.push(format!("{what}: Invalid type: expected object"));
+            continue;
+        }
+        for field in ["metadata", "spec", "status"] {
+            expect_type(
+                obj.get(field),
+                "object",
+                &format!("{what}.{field}"),
+                &mut errs,
+            );
+        }
+    }
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+
+    let mut stored = new.clone();
+    prepare_pod_status_update(&mut stored, old);
+    before_update_metadata(&mut stored, old);
+    let errs = validate_pod_status_update(&stored, old);
+    if errs.is_empty() {
+        Ok(stored)
+    } else {
+        Err(errs)
+    }
+}
+
+/// Sets `map[key]` to a copy of `value`, or removes the key when `value` is absent or null.
+fn set_or_remove(map: &mut Map<String, Value>, key: &str, value: Option<&Value>) {
+    match value.filter(|v| !v.is_null()) {
+        Some(v) => {
+            map.insert(key.to_string(), v.clone());
+        }
+        None => {
+            map.remove(key);
+        }
+    }
+}
+
+/// The object at `obj[key]`, created empty when absent (the caller checked the type).
+fn child_object<'a>(obj: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
+    let map = obj.as_object_mut().expect("checked to be an object");
+    let child = map
+        .entry(key.to_string())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !child.is_object() {
+        *child = Value::Object(Map::new());
+    }
+    child.as_object_mut().expect("just made an object")
+}
+
+/// An int64 field as Go reads it: absent, null or not an integer is 0.
+fn int_field(v: Option<&Value>) -> i64 {
+    v.and_then(Value::as_i64).unwrap_or(0)
+}
+
+/// `podStatusStrategy.PrepareForUpdate` (§6.1).
+fn prepare_pod_status_update(new: &mut Value, old: &Value) {
+    let old_meta = old.get("metadata");
+    let old_status = old.get("status");
+
+    set_or_remove(
+        new.as_object_mut().expect("checked to be an object"),
+        "spec",
+        old.get("spec"),
+    );
+
+    let meta = child_object(new, "metadata");
+    meta.remove("deletionTimestamp");
+    set_or_remove(
+        meta,
+        "ownerReferences",
+        old_meta.and_then(|m| m.get("ownerReferences")),
+    );
+
+    let had_status = new.get("status").is_some();
+    let status = child_object(new, "status");
+    if as_str(status.get("qosClass")).is_empty() {
+        let old_qos = old_status.and_then(|s| s.get("qosClass"));
+        if !as_str(old_qos).is_empty() {
+            set_or_remove(status, "qosClass", old_qos);
+        }
+    }
+    preserve_old_observed_generation(status, old_status);
+    if !had_status && status.is_empty() {
+        new.as_object_mut()
+            .expect("checked to be an object")
+            .remove("status");
+    }
+}
+
+/// `preserveOldObservedGeneration` (pkg/registry/core/pod/strategy.go).
+fn preserve_old_observed_generation(status: &mut Map<String, Value>, old_status: Option<&Value>) {
+    if int_field(status.get("observedGeneration")) == 0 {
+        let old_gen = old_status.and_then(|s| s.get("observedGeneration"));
+        if int_field(old_gen) != 0 {
+            set_or_remove(status, "observedGeneration", old_gen);
+        }
+    }
+
+    // A list per type, because validation permits several conditions of one type.
+    let mut old_generations: BTreeMap<String, std::collections::VecDeque<i64>> = BTreeMap::new();
+    for cond in as_array(old_status.and_then(|s| s.get("conditions"))) {
+        old_generations
+            .entry(as_str(cond.get("type")).to_string())
+            .or_default()
+            .push_back(int_field(cond.get("observedGeneration")));
+    }
+    if let Some(Value::Array(conditions)) = status.get_mut("conditions") {
+        for cond in conditions.iter_mut() {
+            let old_gen = old_generations
+                .get_mut(as_str(cond.get("type")))
+                .and_then(|gens| gens.pop_front())
+                .unwrap_or(0);
+            if int_field(cond.get("observedGeneration")) == 0
+                && old_gen != 0
+                && let Some(map) = cond.as_object_mut()
+            {
+                map.insert("observedGeneration".to_string(), Value::from(old_gen));
+            }
+        }
+    }
+}
+
+/// The metadata rules of `rest.BeforeUpdate` that follow `PrepareForUpdate` (§5.8).
+fn before_update_metadata(new: &mut Value, old: &Value) {
+    let empty = Value::Object(Map::new());
+    let old_meta = old.get("metadata").unwrap_or(&empty);
+    let meta = child_object(new, "metadata");
+
+    // "Ensure requests cannot update generation".
+    set_or_remove(meta, "generation", old_meta.get("generation"));
+    // "Use the existing UID if none is provided".
+    if as_str(meta.get("uid")).is_empty() && !as_str(old_meta.get("uid")).is_empty() {
+        set_or_remove(meta, "uid", old_meta.get("uid"));
+    }
+    // "ignore changes to timestamp".
+    if !as_str(old_meta.get("creationTimestamp")).is_empty() {
+        set_or_remove(meta, "creationTimestamp", old_meta.get("creationTimestamp"));
+    }
+    // "an update can never remove/change a deletion timestamp".
+    if is_set(old_meta.get("deletionTimestamp")) {
+        set_or_remove(meta, "deletionTimestamp", old_meta.get("deletionTimestamp"));
+    }
+    // "an update can never remove/change grace period seconds".
+    if is_set(old_meta.get("deletionGracePeriodSeconds"))
+        && !is_set(meta.get("deletionGracePeriodSeconds"))
+    {
+        set_or_remove(
+            meta,
+            "deletionGracePeriodSeconds",
+            old_meta.get("deletionGracePeriodSeconds"),
+        );
+    }
+}
+
+/// A metadata field as Go holds it: absent and null are the zero value, and so is "" for the
+/// string and non-pointer timestamp fields.
+fn meta_field(meta: Option<&Value>, key: &str) -> Option<Value> {
+    match meta.and_then(|m| m.get(key)) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.is_empty() => None,
+        Some(v) => Some(v.clone()),
+    }
+}
+
+/// `field.Invalid(path, new, "field is immutable")` unless `new == old`.
+fn immutable_field(new: Option<Value>, old: Option<Value>, path: &str, errs: &mut Vec<String>) {
+    if new != old {
+        let shown = new.map_or_else(|| "null".to_string(), |v| v.to_string());
+        errs.push(format!(
+            "{path}: Invalid value: {shown}: field is immutable"
+        ));
+    }
+}
+
+/// `ValidateObjectMetaUpdate` (`ValidateObjectMetaAccessorUpdate`), without the
+/// resourceVersion, ownerReferences and managedFields rules.
+fn validate_object_meta_update(new: Option<&Value>, old: Option<&Value>, errs: &mut Vec<String>) {
+    // Finalizers cannot be added if the object is already being deleted.
+    if is_set(old.and_then(|m| m.get("deletionTimestamp"))) {
+        let old_finalizers: Vec<&str> = as_array(old.and_then(|m| m.get("finalizers")))
+            .iter()
+            .map(|f| as_str(Some(f)))
+            .collect();
+        let added: Vec<&str> = as_array(new.and_then(|m| m.get("finalizers")))
+            .iter()
+            .map(|f| as_str(Some(f)))
+            .filter(|f| !old_finalizers.contains(f))
+            .collect();
+        if !added.is_empty() {
+            errs.push(format!(
+                "metadata.finalizers: Forbidden: no new finalizers can be added if the object is \
+                 being deleted, found new finalizers {added:?}"
+            ));
+        }
+    }
+    // Generation is reset to old's by BeforeUpdate, so "must not be decremented" cannot fire.
+    for key in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    ] {
+        immutable_field(
+            meta_field(new, key),
+            meta_field(old, key),
+            &format!("metadata.{key}"),
+            errs,
+        );
+    }
+
+    expect_type(
+        new.and_then(|m| m.get("labels")),
+        "object",
+        "metadata.labels",
+        errs,
+    );
+    if let Some(Value::Object(labels)) = new.and_then(|m| m.get("labels")) {
+        for (key, value) in labels {
+            for msg in qualified_name_errors(key) {
+                errs.push(format!("metadata.labels: Invalid value: {key:?}: {msg}"));
+            }
+            let value = as_str(Some(value));
+            for msg in label_value_errors(value) {
+                errs.push(format!("metadata.labels: Invalid value: {value:?}: {msg}"));
+            }
+        }
+    }
+
+    expect_type(
+        new.and_then(|m| m.get("annotations")),
+        "object",
+        "metadata.annotations",
+        errs,
+    );
+    if let Some(Value::Object(annotations)) = new.and_then(|m| m.get("annotations")) {
+        let mut total = 0;
+        for (key, value) in annotations {
+            for msg in qualified_name_errors(&key.to_lowercase()) {
+                errs.push(format!(
+                    "metadata.annotations: Invalid value: {key:?}: {msg}"
+                ));
+            }
+            total += key.len() + as_str(Some(value)).len();
+        }
+        if total > TOTAL_ANNOTATION_SIZE_LIMIT {
+            errs.push(format!(
+                "metadata.annotations: Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} \
+                 bytes"
+            ));
+        }
+    }
+}
+
+/// The mirror-pod part of `ValidatePodSpecificAnnotationUpdates` (§8.1).
+fn validate_mirror_annotation_update(
+    new: Option<&Value>,
+    old: Option<&Value>,
+    errs: &mut Vec<String>,
+) {
+    let get = |meta: Option<&Value>| {
+        meta.and_then(|m| m.get("annotations"))
+            .and_then(|a| a.get(MIRROR_POD_ANNOTATION))
+            .map(|v| as_str(Some(v)).to_string())
+    };
+    let path = format!("metadata.annotations[{MIRROR_POD_ANNOTATION}]");
+    match (get(new), get(old)) {
+        (Some(n), Some(o)) if n == o => {}
+        (None, None) => {}
+        (_, Some(_)) => errs.push(format!(
+            "{path}: Forbidden: may not remove or update mirror pod annotation"
+        )),
+        (Some(_), None) => errs.push(format!(
+            "{path}: Forbidden: may not add mirror pod annotation"
+        )),
+    }
+}
+
+/// `ValidatePodStatusUpdate` on the prepared object (§6.1).
+fn validate_pod_status_update(new: &Value, old: &Value) -> Vec<String> {
+    let mut errs = Vec::new();
+    let (new_meta, old_meta) = (new.get("metadata"), old.get("metadata"));
+    validate_object_meta_update(new_meta, old_meta, &mut errs);
+    validate_mirror_annotation_update(new_meta, old_meta, &mut errs);
+
+    let empty = Value::Object(Map::new());
+    let new_status = new.get("status").unwrap_or(&empty);
+    let old_status = old.get("status").unwrap_or(&empty);
+    let new_spec = new.get("spec").unwrap_or(&empty);
+    let old_spec = old.get("spec").unwrap_or(&empty);
+
+    // validatePodConditions, with the source's field path.
+    expect_type(
+        new_status.get("conditions"),
+        "array",
+        "status.conditions",
+        &mut errs,
+    );
+    for (i, cond) in as_array(new_status.get("conditions")).iter().enumerate() {
+        let ty = as_str(cond.get("type"));
+        if SYSTEM_POD_CONDITIONS.contains(&ty) {
+            continue;
+        }
+        for msg in qualified_name_errors(ty) {
+            errs.push(format!(
+                "metadata.conditions[{i}].Type: Invalid value: {ty:?}: {msg}"
+            ));
+        }
+    }
+
+    if as_str(new_spec.get("nodeName")) != as_str(old_spec.get("nodeName")) {
+        errs.push("status.nodeName: Forbidden: may not be changed directly".to_string());
+    }
+
+    let nominated = as_str(new_status.get("nominatedNodeName"));
+    if !nominated.is_empty() && nominated != as_str(old_status.get("nominatedNodeName")) {
+        for msg in dns1123_subdomain_errors(nominated) {
+            errs.push(format!(
+                "status.nominatedNodeName: Invalid value: {nominated:?}: {msg}"
+            ));
+        }
+    }
+
+    // Pod QoS is immutable.
+    let (new_qos, old_qos) = (
+        as_str(new_status.get("qosClass")),
+        as_str(old_status.get("qosClass")),
+    );
+    if new_qos != old_qos {
+        errs.push(format!(
+            "status.qosClass: Invalid value: {new_qos:?}: field is immutable"
+        ));
+    }
+
+    // The stored Pod was defaulted, so an absent restartPolicy is the default, Always.
+    let restart_policy = match as_str(old_spec.get("restartPolicy")) {
+        "" => "Always",
+        other => other,
+    };
+    for (list, policy, sidecars) in [
+        ("containerStatuses", restart_policy, None),
+        ("initContainerStatuses", restart_policy, Some(old_spec)),
+        ("ephemeralContainerStatuses", "Never", None),
+    ] {
+        errs.extend(container_state_transition_errors(
+            new_status.get(list),
+            old_status.get(list),
+            &format!("status.{list}"),
+            policy,
+            sidecars,
+        ));
+    }
+
+    errs.extend(validate_status_ips(new_status, "podIPs", None));
+    errs.extend(validate_status_ips(new_status, "hostIPs", Some("hostIP")));
+    errs
+}
+
+/// `ValidateContainerStateTransition` (with `spec` None) and
+/// `ValidateInitContainerStateTransition` (with the Pod spec): unless the restart policy is
+/// Always, a container whose OLD status is terminated may not have a NEW status (matched by
+/// name; every match counts) that is not terminated. Exempt: an old exit code ≠ 0 under
+/// OnFailure, and, for init containers, restartable init containers (sidecars: the first
+/// `spec.initContainers` entry of that name has `restartPolicy: Always`). The error path uses
+/// the index of the OLD status. Regular containers never have per-container restart policies
+/// here (the ContainerRestartRules gate is alpha, off).
+fn container_state_transition_errors(
+    new_statuses: Option<&Value>,
+    old_statuses: Option<&Value>,
+    path: &str,
+    restart_policy: &str,
+    spec: Option<&Value>,
+) -> Vec<String> {
+    let mut errs = Vec::new();
+    if restart_policy == "Always" {
+        return errs;
+    }
+    let terminated = |status: &Value| {
+        is_set(
+            status
+                .get("state")
+                .and_then(|state| state.get("terminated")),
+        )
+    };
+    for (i, old_status) in as_array(old_statuses).iter().enumerate() {
+        if !terminated(old_status) {
+            continue;
+        }
+        let exit_code = int_field(old_status["state"]["terminated"].get("exitCode"));
+        if exit_code != 0 && restart_policy == "OnFailure" {
+            continue;
+        }
+        let name = as_str(old_status.get("name"));
+        if let Some(spec) = spec {
+            let restartable = as_array(spec.get("initContainers"))
+                .iter()
+                .find(|c| as_str(c.get("name")) == name)
+                .is_some_and(is_sidecar);
+            if restartable {
+                continue;
+            }
+        }
+        for new_status in as_array(new_statuses) {
+            if as_str(new_status.get("name")) == name && !terminated(new_status) {
+                errs.push(format!(
+                    "{path}[{i}].state: Forbidden: may not be transitioned to non-terminated state"
+                ));
+            }
+        }
+    }
+    errs
+}
+
+/// `net.ParseIP` as forked by `netutils.ParseIPSloppy` (Go 1.16 rules): IPv4 dotted quads whose
+/// octets may carry leading zeros, or IPv6 (optionally ending in such a dotted quad). No zones.
+fn parse_ip_sloppy(s: &str) -> Option<std::net::IpAddr> {
+    use std::net::{IpAddr, Ipv6Addr};
+    if !s.contains(':') {
+        return parse_ipv4_sloppy(s).map(IpAddr::V4);
+    }
+    if let Ok(v6) = s.parse::<Ipv6Addr>() {
+        return Some(IpAddr::V6(v6));
+    }
+    let (head, tail) = s.rsplit_once(':')?;
+    if !tail.contains('.') {
+        return None;
+    }
+    let v4 = parse_ipv4_sloppy(tail)?;
+    format!("{head}:{v4}")
+        .parse::<Ipv6Addr>()
+        .ok()
+        .map(IpAddr::V6)
+}
+
+fn parse_ipv4_sloppy(s: &str) -> Option<std::net::Ipv4Addr> {
+    let parts: Vec<&str> = s.split('.').collect();
+    if parts.len() != 4 {
+        return None;
+    }
+    let mut octets = [0u8; 4];
+    for (octet, part) in octets.iter_mut().zip(&parts) {
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let value = part.bytes().try_fold(0u32, |n, b| {
+            let n = n * 10 + u32::from(b - b'0');
+            (n <= 255).then_some(n)
+        })?;
+        *octet = u8::try_from(value).ok()?;
+    }
+    Some(std::net::Ipv4Addr::from(octets))
+}
+
+/// `netutils.IsIPv6`: not representable as IPv4 (IPv4-mapped IPv6 counts as IPv4).
+fn is_ipv6(ip: &std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(_) => false,
+        std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().is_none(),
+    }
+}
+
+/// `validatePodIPs` (`list` = "podIPs", no `single`) and `validateHostIPs` (`list` =
+/// "hostIPs", `single` = "hostIP"), as described at [`pod_status_update_as_api_server`].
+fn validate_status_ips(status: &Value, list: &str, single: Option<&str>) -> Vec<String> {
+    let mut errs = Vec::new();
+    let path = format!("status.{list}");
+    expect_type(status.get(list), "array", &path, &mut errs);
+    let entries = as_array(status.get(list));
+    let ips: Vec<&str> = entries.iter().map(|e| as_str(e.get("ip"))).collect();
+    if ips.is_empty() {
+        return errs;
+    }
+    if let Some(single) = single {
+        let single_value = as_str(status.get(single));
+        if single_value != ips[0] {
+            errs.push(format!(
+                "{path}[0].ip: Invalid value: {:?}: must be equal to `{single}`",
+                ips[0]
+            ));
+        }
+    }
+    let parsed: Vec<Option<std::net::IpAddr>> = ips.iter().map(|ip| parse_ip_sloppy(ip)).collect();
+    for (i, (ip, p)) in ips.iter().zip(&parsed).enumerate() {
+        if p.is_none() {
+            errs.push(format!(
+                "{path}[{i}]: Invalid value: {ip:?}: must be a valid IP address, (e.g. 10.9.8.7 \
+                 or 2001:db8::ffff)"
+            ));
+        }
+    }
+    if ips.len() > 1 {
+        // IsDualStackIPStrings: an unparseable entry is an error and "not dual stack".
+        let dual_stack = if parsed.iter().any(Option::is_none) {
+            errs.push(format!(
+                "{path}: Internal error: failed to check for dual stack"
+            ));
+            false
+        } else {
+            let v6 = parsed.iter().flatten().filter(|ip| is_ipv6(ip)).count();
+            v6 > 0 && v6 < parsed.len()
+        };
+        if !dual_stack || ips.len() > 2 {
+            errs.push(format!(
+                "{path}: Invalid value: {}: may specify no more than one IP for each IP family",
+                status[list]
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, ip) in ips.iter().enumerate() {
+            if !seen.insert(*ip) {
+                errs.push(format!("{path}[{i}]: Duplicate value: {ip:?}"));
+            }
+        }
+    }
+    errs
+}

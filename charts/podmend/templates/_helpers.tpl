@@ -200,4 +200,12 @@ matchConditions:
       object == null || !has(object.metadata.annotations) ||
       !('podmend.io/skip' in object.metadata.annotations) ||
       object.metadata.annotations['podmend.io/skip'] != 'all'
+  {{- if and .mutating (include "podmend.virtualNodePhaseActive" $ctx) }}
+  # virtual-node-phase acts on Pending pods only: every other pod's status writes (the
+  # bulk of them) never leave the API server. Other requests have no subResource ("").
+  - name: status-writes-of-pending-pods-only
+    expression: >-
+      request.subResource != 'status' ||
+      (has(object.status) && has(object.status.phase) && object.status.phase == 'Pending')
+  {{- end }}
 {{- end }}
