@@ -15,16 +15,18 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use podmend::admission::{self, Decision, Webhook};
 use podmend::cluster::StaticCluster;
-use podmend::config::Config;
+use podmend::config::{Config, Mode};
 use podmend::engine::{Engine, Skip};
 use serde_json::{Value, json};
 
-use cases::{Case, Expect, NODE, cases};
+use cases::{Case, Expect, NODE, VIRTUAL_NODE, cases, status_cases};
 
 /// The benchmark group; Criterion writes `target/criterion/<GROUP>/<case>/new/estimates.json`.
 const GROUP: &str = "admission_review";
 /// The per-stage breakdown: `target/criterion/<STAGES_GROUP>/<stage>/<case>/`.
 const STAGES_GROUP: &str = "admission_stages";
+/// `UPDATE pods/status` with `virtual-node-phase`: `target/criterion/<STATUS_GROUP>/<case>/`.
+const STATUS_GROUP: &str = "pod_status";
 /// The cases the breakdown covers.
 const STAGED_CASES: &[&str] = &["pod-create-untouched", "pod-create-nodename"];
 
@@ -116,6 +118,29 @@ fn bench_reviews(c: &mut Criterion) {
         });
     }
     stages.finish();
+
+    // pods/status writes with virtual-node-phase on: a correction, and the common write the
+    // rule only glances at; and that same write with the rule off (the default).
+    let mut config = Config::default();
+    config.rules.virtual_node_phase.mode = Mode::Enforce;
+    let status_engine = Engine::new(&config);
+    let virtual_cluster =
+        StaticCluster::empty().with_labeled_node(VIRTUAL_NODE, &[("type", "virtual-kubelet")]);
+    let mut status = c.benchmark_group(STATUS_GROUP);
+    for case in &status_cases() {
+        check(&status_engine, &virtual_cluster, case);
+        status.bench_function(case.name, |b| {
+            b.iter(|| mutate(&status_engine, &virtual_cluster, black_box(&case.body)))
+        });
+    }
+    let running = status_cases()
+        .into_iter()
+        .find(|c| c.name == "pod-status-running")
+        .expect("the running case");
+    status.bench_function("pod-status-running-rule-off", |b| {
+        b.iter(|| mutate(&engine, &virtual_cluster, black_box(&running.body)))
+    });
+    status.finish();
 }
 
 criterion_group! {

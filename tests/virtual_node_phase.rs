@@ -388,8 +388,9 @@ async fn warn_mode_warns_logs_and_counts_without_changing_the_phase() {
     assert_eq!(rule_actions(&server, "repaired"), "absent");
     let log = server.log_text();
     assert!(
-        log.lines().any(|line| line.contains("rules=virtual-node-phase")
-            && line.contains("result=\"warned\"")),
+        log.lines()
+            .any(|line| line.contains("rules=virtual-node-phase")
+                && line.contains("result=\"warned\"")),
         "{log}"
     );
 }

@@ -164,3 +164,44 @@ pub fn cases() -> Vec<Case> {
         },
     ]
 }
+
+/// The node the status cases' pods run on: a virtual-kubelet node (label `type`).
+#[allow(dead_code)]
+pub const VIRTUAL_NODE: &str = "virtual-node-aci-linux";
+
+/// `UPDATE pods/status` writes for `virtual-node-phase` (only `benches/engine.rs` uses them:
+/// the load bench's server runs the default config, where the rule is off): the
+/// JENKINS-68649 pod as virtual-kubelet writes it (corrected), and the same pod `Running`,
+/// the common status write that the rule only glances at.
+#[allow(dead_code)]
+pub fn status_cases() -> Vec<Case> {
+    let mut pod = read_yaml(
+        "virtual-kubelet-aci-pod-pending-with-running-containers-JENKINS-68649-reconstructed.yaml",
+    );
+    pod["apiVersion"] = json!("v1");
+    pod["kind"] = json!("Pod");
+    let write = |uid: &str, pod: &Value| {
+        let mut request =
+            read_json("admissionrequest-pod-status-subresource-update-by-kubelet-kyverno.json");
+        request["uid"] = json!(uid);
+        request["name"] = pod["metadata"]["name"].clone();
+        request["namespace"] = pod["metadata"]["namespace"].clone();
+        request["object"] = pod.clone();
+        request["oldObject"] = pod.clone();
+        review(request)
+    };
+    let mut running = pod.clone();
+    running["status"]["phase"] = json!("Running");
+    vec![
+        Case {
+            name: "pod-status-pending-all-running",
+            body: write("5b0f7a6e-3f51-4d0c-9a57-2a1f7c0d1e10", &pod),
+            expect: Expect::Patched,
+        },
+        Case {
+            name: "pod-status-running",
+            body: write("5b0f7a6e-3f51-4d0c-9a57-2a1f7c0d1e11", &running),
+            expect: Expect::Clean,
+        },
+    ]
+}

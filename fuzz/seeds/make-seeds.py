@@ -5,14 +5,14 @@ run this again (with the tests' .venv Python, which has PyYAML) when the fixture
     .venv/bin/python fuzz/seeds/make-seeds.py
 
 review/        every AdmissionReview and AdmissionRequest fixture as a whole AdmissionReview body,
-               and every fixture object with a pod spec wrapped in a CREATE review.
+               every fixture object with a pod spec wrapped in a CREATE review, and every
+               fixture Pod with a status wrapped in an UPDATE pods/status review.
 audit_reader/  every YAML fixture and audit input as it is.
 guard_http/    client streams of the guard's tests (first byte: how the stream is cut).
 """
 import glob
 import json
 import os
-import shutil
 
 import yaml
 
@@ -45,9 +45,21 @@ def review_of(obj, uid):
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
+def status_review_of(pod, uid):
+    """An UPDATE pods/status review, as virtual-kubelet's UpdateStatus makes the API server send."""
+    review = review_of(pod, uid)
+    request = review["request"]
+    request.update({"subResource": "status", "operation": "UPDATE", "oldObject": pod,
+                    "userInfo": {"username": "system:node:virtual-node-aci-linux", "groups": ["system:nodes"]}})
+    return review
+
+
 def main():
+    # Regression seeds (`regression-*`, from fuzz findings) are kept; the rest is rebuilt.
     for target in ("review", "audit_reader", "guard_http"):
-        shutil.rmtree(os.path.join(SEEDS, target), ignore_errors=True)
+        for path in glob.glob(os.path.join(SEEDS, target, "*")):
+            if not os.path.basename(path).startswith("regression-"):
+                os.remove(path)
     fixtures = os.path.join(ROOT, "tests", "fixtures")
     for path in sorted(glob.glob(os.path.join(fixtures, "admissionreview-*.json")) +
                        [os.path.join(ROOT, "examples", "review-pod-nodename-agent.json")]):
@@ -67,6 +79,9 @@ def main():
     for name, obj in objects:
         if obj.get("kind") in GROUPS:
             out("review", f"wrapped-{name}.json", json.dumps(review_of(obj, f"seed-{name}"), indent=1))
+        if obj.get("kind", "Pod") == "Pod" and "status" in obj and "spec" in obj:
+            pod = dict(obj, apiVersion="v1", kind="Pod")
+            out("review", f"status-{name}.json", json.dumps(status_review_of(pod, f"seed-status-{name}"), indent=1))
     for path in sorted(glob.glob(os.path.join(fixtures, "audit", "*", "*", "*.yaml"))):
         case = path.split(os.sep)[-3]
         out("audit_reader", f"{case}-{os.path.basename(path)}", open(path, "rb").read())
