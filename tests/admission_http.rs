@@ -7,7 +7,7 @@ mod common;
 
 use common::k8s_rules;
 use common::schema::validate_with_schema;
-use common::server::{Options, Server, create_review, fixture, review_of};
+use common::server::{Options, Server, create_review, fixture, review_of, warnings_of};
 use serde_json::{Value, json};
 
 const H1: &[&[u8]] = &[b"http/1.1"];
@@ -57,14 +57,7 @@ async fn mutate(server: &Server, review: &Value) -> Applied {
         ),
         None => (object.clone(), false),
     };
-    let warnings = body["response"]["warnings"]
-        .as_array()
-        .map(|w| {
-            w.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let warnings = warnings_of(&body);
     Applied {
         object,
         patched,

@@ -6,7 +6,7 @@ mod common;
 
 use common::api_stub::ApiStub;
 use common::k8s_rules;
-use common::server::{Options, Server, create_review, fixture};
+use common::server::{Options, Server, create_review, fixture, mutate_h2};
 use serde_json::{Value, json};
 
 fn cluster_fixture(name: &str) -> Value {
@@ -42,20 +42,7 @@ async fn start() -> (ApiStub, Server) {
 }
 
 async fn mutate(server: &Server, review: &Value) -> Value {
-    let response = server
-        .client(&[b"h2"])
-        .post(server.url("/mutate"))
-        .header("content-type", "application/json")
-        .json(review)
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(response.status().as_u16(), 200);
-    let body: Value = response.json().await.expect("json");
-    let uid = review["request"]["uid"].as_str().expect("uid");
-    let patch = k8s_rules::verify_admission_response(uid, &body, true)
-        .unwrap_or_else(|e| panic!("{e}: {body}"))
-        .expect("a patch");
+    let patch = mutate_h2(server, review).await.patch.expect("a patch");
     k8s_rules::apply_patch_as_api_server(&review["request"]["object"], &patch)
         .unwrap_or_else(|e| panic!("{e}"))
 }

@@ -11,7 +11,7 @@ mod common;
 use common::api_stub::ApiStub;
 use common::k8s_rules;
 use common::schema;
-use common::server::{Options, Server, fixture, review_of};
+use common::server::{Options, Server, fixture, mutate_h2 as send, review_of};
 use serde_json::{Value, json};
 
 const VIRTUAL_NODE: &str = "virtual-node-aci-linux";
@@ -91,37 +91,6 @@ fn status_review(uid: &str, pod: &Value, old: &Value) -> Value {
     request["object"] = pod.clone();
     request["oldObject"] = old.clone();
     review_of(request)
-}
-
-/// What the API server got back: the decoded patch (if any) and the warnings.
-struct Answer {
-    patch: Option<Vec<u8>>,
-    warnings: Vec<String>,
-}
-
-async fn send(server: &Server, review: &Value) -> Answer {
-    let response = server
-        .client(&[b"h2"])
-        .post(server.url("/mutate"))
-        .header("content-type", "application/json")
-        .json(review)
-        .send()
-        .await
-        .expect("answered");
-    assert_eq!(response.status().as_u16(), 200);
-    let body: Value = response.json().await.expect("json");
-    let uid = review["request"]["uid"].as_str().expect("uid");
-    let patch = k8s_rules::verify_admission_response(uid, &body, true)
-        .unwrap_or_else(|e| panic!("{e}: {body}"));
-    let warnings = body["response"]["warnings"]
-        .as_array()
-        .map(|w| {
-            w.iter()
-                .filter_map(|s| s.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    Answer { patch, warnings }
 }
 
 /// The API server's path after the webhooks: apply the patch, run the status strategy and

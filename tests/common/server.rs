@@ -259,6 +259,48 @@ pub fn create_review(uid: &str, object: &Value, namespace: &str) -> Value {
     }))
 }
 
+/// What the API server makes of a `/mutate` answer: the decoded patch (if any), the
+/// warnings, and the whole body.
+pub struct MutateAnswer {
+    pub patch: Option<Vec<u8>>,
+    pub warnings: Vec<String>,
+    pub body: Value,
+}
+
+/// Posts `review` to `/mutate` over HTTP/2 and checks the answer as the API server does.
+pub async fn mutate_h2(server: &Server, review: &Value) -> MutateAnswer {
+    let response = server
+        .client(&[b"h2"])
+        .post(server.url("/mutate"))
+        .header("content-type", "application/json")
+        .json(review)
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(response.status().as_u16(), 200);
+    let body: Value = response.json().await.expect("json");
+    let uid = review["request"]["uid"].as_str().expect("uid");
+    let patch = super::k8s_rules::verify_admission_response(uid, &body, true)
+        .unwrap_or_else(|e| panic!("{e}: {body}"));
+    MutateAnswer {
+        patch,
+        warnings: warnings_of(&body),
+        body,
+    }
+}
+
+/// The `warnings` of an AdmissionReview answer.
+pub fn warnings_of(body: &Value) -> Vec<String> {
+    body["response"]["warnings"]
+        .as_array()
+        .map(|w| {
+            w.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Reads a fixture: JSON as is, YAML converted to JSON (first document).
 pub fn fixture(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
