@@ -382,10 +382,17 @@ impl Engine {
             Ok(pod) => pod,
             Err(error) => return skip(Skip::UndecodablePodSpec(error.to_string())),
         };
-        // The stored Pod only tells whether it is being deleted or already terminal.
-        let old = subject
-            .old_object
-            .and_then(|old| Pod::deserialize(old).ok());
+        // The stored Pod tells whether it is being deleted or already terminal: without it
+        // neither can be ruled out, so nothing is changed.
+        let old = match subject.old_object.map(Pod::deserialize) {
+            Some(Ok(old)) => old,
+            Some(Err(error)) => {
+                return skip(Skip::UndecodablePodSpec(format!(
+                    "the stored Pod (oldObject) does not decode: {error}"
+                )));
+            }
+            None => return skip(Skip::NoObject),
+        };
         let cx = RuleContext { namespace, cluster };
         let original = pod.status.clone().unwrap_or_default();
         let original_value = to_json(&original);
@@ -393,7 +400,7 @@ impl Engine {
         let mut findings = Vec::new();
         for rule in active {
             let before = to_json(&repaired);
-            let messages = rule.repair(&pod, old.as_ref(), &mut repaired, &cx);
+            let messages = rule.repair(&pod, Some(&old), &mut repaired, &cx);
             let patch = prefixed(
                 &parse_pointer("/status"),
                 diff(&before, &to_json(&repaired)),
@@ -402,7 +409,7 @@ impl Engine {
                 continue;
             }
             if rule.mode() == Mode::Enforce {
-                rule.repair(&pod, old.as_ref(), &mut applied, &cx);
+                rule.repair(&pod, Some(&old), &mut applied, &cx);
             }
             findings.push(Finding {
                 rule: rule.id(),
@@ -1099,6 +1106,26 @@ mod tests {
         let object = pending_virtual_pod();
         let outcome = Engine::new(&config).review(&status_update(&object), &virtual_cluster());
         assert_eq!(outcome.skipped, Some(Skip::ExcludedNamespace));
+    }
+
+    #[test]
+    fn a_status_update_without_a_stored_pod_it_can_read_is_left_alone() {
+        let object = pending_virtual_pod();
+        let engine = virtual_node_phase(Mode::Enforce);
+        let missing = Subject {
+            old_object: None,
+            ..status_update(&object)
+        };
+        let outcome = engine.review(&missing, &virtual_cluster());
+        assert_eq!(outcome.skipped, Some(Skip::NoObject));
+        let broken = json!({"metadata": {"deletionTimestamp": 7}});
+        let unreadable = Subject {
+            old_object: Some(&broken),
+            ..status_update(&object)
+        };
+        let outcome = engine.review(&unreadable, &virtual_cluster());
+        assert!(matches!(outcome.skipped, Some(Skip::UndecodablePodSpec(_))));
+        assert!(outcome.patch.is_empty());
     }
 
     #[test]

@@ -287,7 +287,10 @@ pub fn kubelet_phase(
 }
 
 /// `HasAnyRegularContainerStarted` (`pkg/kubelet/container/helpers.go`) on the API statuses:
-/// some regular container is running or has terminated, so initialization is over.
+/// some regular container is running or has terminated, so initialization is over. The
+/// kubelet itself asks the runtime (`HasAnyActiveRegularContainerStarted`); this is the
+/// closest reading of the API object, and it cannot change the rule's decision, which
+/// requires every sidecar started anyway.
 pub fn has_any_regular_container_started(spec: &PodSpec, status: &PodStatus) -> bool {
     status.container_statuses.iter().flatten().any(|s| {
         spec.containers.iter().any(|c| c.name == s.name)

@@ -200,6 +200,12 @@ def cases() -> dict[str, dict[str, Any]]:
         },
         "templates-enforce": {"rules": {"agentRequests": {"templates": "enforce"}}},
         "virtual-node-phase-on": {"rules": {"virtualNodePhase": {"mode": "enforce"}}},
+        # The status webhook stays fail-open and gets the caBundle like the others.
+        "virtual-node-phase-fail-tls-secret": {
+            "rules": {"virtualNodePhase": {"mode": "enforce"}},
+            "webhook": {"failurePolicy": "Fail"},
+            "tls": {"mode": "secret", "secret": {"name": "podmend-serving", "caBundle": "CA_BUNDLE"}},
+        },
         "virtual-node-phase-warn-custom-nodes": {
             "rules": {"virtualNodePhase": {"mode": "warn", "nodeSelector": {"kubernetes.azure.com/role": "agent", "type": "virtual-kubelet"}}}
         },
@@ -264,7 +270,7 @@ RELEASES = {
 
 def values_of(case: str) -> dict[str, Any]:
     values = copy.deepcopy(CASES[case])
-    if case == "tls-secret":
+    if values.get("tls", {}).get("secret", {}).get("caBundle") == "CA_BUNDLE":
         values["tls"]["secret"]["caBundle"] = dev_ca_bundle()
     return values
 
@@ -406,7 +412,7 @@ def test_the_webhooks_call_the_service_and_routes_podmend_serves(rendered):
 
     for kind, path in (("MutatingWebhookConfiguration", routes["MUTATE"]), ("ValidatingWebhookConfiguration", routes["VALIDATE"])):
         config = one(docs, kind)
-        assert len(config["webhooks"]) == 1
+        assert config["webhooks"], kind
         for webhook in config["webhooks"]:
             target = webhook["clientConfig"]["service"]
             assert target == {"name": service["metadata"]["name"], "namespace": namespace, "path": path, "port": https["port"]}, kind
@@ -466,13 +472,22 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         config = one(docs, kind)
         mutating = kind.startswith("Mutating")
+        names = [w["name"] for w in config["webhooks"]]
+        if mutating and status_active:
+            assert names == ["mutate.podmend.io", "status.podmend.io"], names
+        else:
+            assert len(names) == 1 and "status.podmend.io" not in names, f"{case}: {names}"
         for webhook in config["webhooks"]:
+            status_webhook = webhook["name"] == "status.podmend.io"
             assert webhook["admissionReviewVersions"] == ["v1"]
             assert webhook["sideEffects"] == "None"
             assert webhook["matchPolicy"] == "Equivalent"
-            assert webhook["failurePolicy"] == values["webhook"]["failurePolicy"]
+            # The status webhook is fail-open whatever webhook.failurePolicy says.
+            assert webhook["failurePolicy"] == ("Ignore" if status_webhook else values["webhook"]["failurePolicy"])
             assert webhook["timeoutSeconds"] == values["webhook"]["timeoutSeconds"]
-            if mutating:
+            if status_webhook:
+                assert webhook["reinvocationPolicy"] == "Never"
+            elif mutating:
                 assert webhook["reinvocationPolicy"] == "IfNeeded"
             else:
                 assert "reinvocationPolicy" not in webhook
@@ -481,19 +496,20 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
             resources = {(g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]}
             assert not any("binding" in r for _, r in resources), f"{kind} sees pods/binding"
             assert not any(r in ("*", "pods/*") for _, r in resources)
-            pod_rules = [r for r in rules if r["resources"] == ["pods"]]
-            assert len(pod_rules) == 1 and pod_rules[0]["operations"] == ["CREATE"], "Pods: CREATE only"
-            workload = {gr for gr in resources if gr in WORKLOAD_RULES}
-            assert workload == (WORKLOAD_RULES if templates_active else set()), f"{case}: {kind} workload rules"
+            status_rules = [r for r in rules if "pods/status" in r["resources"]]
+            if status_webhook:
+                # One rule, and nothing but status writes.
+                assert rules == [{"operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                                  "resources": ["pods/status"], "scope": "Namespaced"}], rules
+            else:
+                assert not status_rules, f"{case}: {webhook['name']} has a pods/status rule"
+                pod_rules = [r for r in rules if r["resources"] == ["pods"]]
+                assert len(pod_rules) == 1 and pod_rules[0]["operations"] == ["CREATE"], "Pods: CREATE only"
+                workload = {gr for gr in resources if gr in WORKLOAD_RULES}
+                assert workload == (WORKLOAD_RULES if templates_active else set()), f"{case}: {kind} workload rules"
             for rule in rules:
                 if any((g, r) in WORKLOAD_RULES for g in rule["apiGroups"] for r in rule["resources"]):
                     assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
-            status_rules = [r for r in rules if "pods/status" in r["resources"]]
-            if mutating and status_active:
-                assert len(status_rules) == 1 and status_rules[0]["operations"] == ["UPDATE"]
-                assert status_rules[0]["resources"] == ["pods/status"]
-            else:
-                assert not status_rules, f"{case}: {kind} has a pods/status rule"
             for rule in rules:
                 assert rule["apiVersions"] == ["v1"] and rule["scope"] == "Namespaced"
 
@@ -520,13 +536,18 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
             assert "!has(object.metadata.annotations)" in mirror
             skip = conditions["not-skipped"]
             assert "'podmend.io/skip'" in skip and "'all'" in skip and skip.startswith("object == null ||")
-            pending = conditions.get("status-writes-of-pending-pods-only")
-            if mutating and status_active:
-                # Every request but a status write passes; a status write only for a Pending pod.
-                assert pending is not None and pending.startswith("request.subResource != 'status' ||")
-                assert "object.status.phase == 'Pending'" in pending and "has(object.status.phase)" in pending
+            # Only the status webhook filters by phase; it only ever sees UPDATE, where
+            # `object` is the Pod, and it guards every field it reads with has().
+            pending = conditions.get("pending-pods-only")
+            if status_webhook:
+                assert pending == (
+                    "has(object.status) && has(object.status.phase) && object.status.phase == 'Pending'"
+                ), pending
             else:
-                assert pending is None, f"{case}: {kind} filters status writes it never receives"
+                assert pending is None, f"{case}: {webhook['name']} filters by phase"
+            assert not any("request.subResource" in e for e in conditions.values()), (
+                "request.subResource is absent (not \"\") without a subresource: reading it errors"
+            )
 
 
 def test_no_object_mentions_pods_binding(rendered):
@@ -639,7 +660,7 @@ def test_tls_mode_wiring(rendered):
         assert f"--tls-validity-days={tls['self']['validityDays']}" in args
         assert f"--tls-renew-before-days={tls['self']['renewBeforeDays']}" in args
         for config in configs:
-            assert "caBundle" not in config["webhooks"][0]["clientConfig"], "written at run time"
+            assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"]), "written at run time"
             assert "cert-manager.io/inject-ca-from" not in config["metadata"].get("annotations", {})
         assert not certificates and not by_kind(docs, "Issuer")
         if values["rbac"]["create"]:
@@ -667,7 +688,7 @@ def test_tls_mode_wiring(rendered):
         serving = next(c for c in certificates if c["spec"]["secretName"] == secret_name)
         for config in configs:
             assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{namespace}/{serving['metadata']['name']}"
-            assert "caBundle" not in config["webhooks"][0]["clientConfig"]
+            assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
         service = one(docs, "Service")["metadata"]["name"]
         assert f"{service}.{namespace}.svc" in serving["spec"]["dnsNames"]
         assert serving["spec"]["duration"] == tls["certManager"]["duration"]
@@ -689,7 +710,7 @@ def test_tls_mode_wiring(rendered):
     if tls["mode"] == "secret":
         assert secret_name == tls["secret"]["name"] and "optional" not in volumes["tls"]["secret"]
         for config in configs:
-            assert config["webhooks"][0]["clientConfig"]["caBundle"] == tls["secret"]["caBundle"]
+            assert all(w["clientConfig"]["caBundle"] == tls["secret"]["caBundle"] for w in config["webhooks"])
         env = {e["name"]: e.get("value") for e in test_pod["spec"]["containers"][0]["env"]}
         assert env["CA_BUNDLE"] == tls["secret"]["caBundle"]
         assert "tls" not in test_volumes

@@ -125,14 +125,21 @@ never blocks its own pods), and webhook.skipNamespaces. A JSON list.
 
 {{/*
 The part of a webhook both configurations share. Call with
-(dict "ctx" $ "mutating" true|false).
+(dict "ctx" $ "mutating" true|false), plus "status" true for the pods/status webhook of
+virtual-node-phase (its own entry, so its rule and match condition touch nothing else).
 */}}
 {{- define "podmend.webhookCommon" -}}
 {{- $ctx := .ctx }}
 {{- $v := $ctx.Values -}}
 admissionReviewVersions: ["v1"]
 sideEffects: None
+{{- if .status }}
+# Always fail-open: a missed phase correction costs seconds; a refused status write would
+# stall every Pending pod in the selected namespaces while podmend is away.
+failurePolicy: Ignore
+{{- else }}
 failurePolicy: {{ $v.webhook.failurePolicy }}
+{{- end }}
 timeoutSeconds: {{ $v.webhook.timeoutSeconds }}
 matchPolicy: Equivalent
 clientConfig:
@@ -145,6 +152,13 @@ clientConfig:
   caBundle: {{ $v.tls.secret.caBundle }}
   {{- end }}
 rules:
+  {{- if .status }}
+  - operations: ["UPDATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["pods/status"]
+    scope: Namespaced
+  {{- else }}
   - operations: ["CREATE"]
     apiGroups: [""]
     apiVersions: ["v1"]
@@ -162,12 +176,6 @@ rules:
     resources: ["jobs", "cronjobs"]
     scope: Namespaced
   {{- end }}
-  {{- if and .mutating (include "podmend.virtualNodePhaseActive" $ctx) }}
-  - operations: ["UPDATE"]
-    apiGroups: [""]
-    apiVersions: ["v1"]
-    resources: ["pods/status"]
-    scope: Namespaced
   {{- end }}
 namespaceSelector:
   {{- with $v.webhook.namespaceSelector.matchLabels }}
@@ -200,12 +208,11 @@ matchConditions:
       object == null || !has(object.metadata.annotations) ||
       !('podmend.io/skip' in object.metadata.annotations) ||
       object.metadata.annotations['podmend.io/skip'] != 'all'
-  {{- if and .mutating (include "podmend.virtualNodePhaseActive" $ctx) }}
+  {{- if .status }}
   # virtual-node-phase acts on Pending pods only: every other pod's status writes (the
-  # bulk of them) never leave the API server. Other requests have no subResource ("").
-  - name: status-writes-of-pending-pods-only
+  # bulk of them) never leave the API server. `object` is the Pod on UPDATE, never null.
+  - name: pending-pods-only
     expression: >-
-      request.subResource != 'status' ||
-      (has(object.status) && has(object.status.phase) && object.status.phase == 'Pending')
+      has(object.status) && has(object.status.phase) && object.status.phase == 'Pending'
   {{- end }}
 {{- end }}
