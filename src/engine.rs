@@ -145,6 +145,14 @@ impl Outcome {
         }
     }
 
+    /// Reviewed, and no rule could find anything.
+    fn clean(target: &'static Target) -> Self {
+        Self {
+            target: Some(target),
+            ..Self::default()
+        }
+    }
+
     /// The findings acted on in `mode`.
     pub fn in_mode(&self, mode: Mode) -> impl Iterator<Item = &Finding> {
         self.findings.iter().filter(move |f| f.mode == mode)
@@ -233,10 +241,7 @@ impl Engine {
             })
             .collect();
         if active.is_empty() {
-            return Outcome {
-                target: Some(target),
-                ..Outcome::default()
-            };
+            return Outcome::clean(target);
         }
         let original = match PodSpec::deserialize(raw_spec) {
             Ok(spec) => spec,
@@ -373,10 +378,7 @@ impl Engine {
             .filter(|rule| !skipped_rules.contains(rule.id()) && rule.may_apply(object))
             .collect();
         if active.is_empty() {
-            return Outcome {
-                target: Some(target),
-                ..Outcome::default()
-            };
+            return Outcome::clean(target);
         }
         let pod = match Pod::deserialize(object) {
             Ok(pod) => pod,

@@ -42,12 +42,7 @@ fn audit(text: &str) -> (ManifestFile, Report) {
     for error in errors {
         report.add_error(error);
     }
-    let offline = StaticCluster::offline();
-    for document in &file.documents {
-        for (item, object) in document.objects() {
-            report.add_object(&engine, &offline, object, document.source(&file.name, item));
-        }
-    }
+    report.add_file(&engine, &file);
     (file, report)
 }
 

@@ -6,7 +6,6 @@ use std::sync::LazyLock;
 
 use podmend::audit::manifests::{self, ManifestFile};
 use podmend::audit::{InputError, Report, report};
-use podmend::cluster::StaticCluster;
 use podmend::config::Config;
 use podmend::engine::Engine;
 use serde_json::Value;
@@ -21,12 +20,7 @@ fn audit(name: &str, text: String) -> (ManifestFile, Report) {
     for error in errors {
         report.add_error(error);
     }
-    let offline = StaticCluster::offline();
-    for document in &file.documents {
-        for (item, object) in document.objects() {
-            report.add_object(&ENGINE, &offline, object, document.source(&file.name, item));
-        }
-    }
+    report.add_file(&ENGINE, &file);
     (file, report)
 }
 

@@ -269,6 +269,17 @@ impl Report {
         outcome
     }
 
+    /// Reviews every object of a manifest file, without cluster look-ups (node taints and
+    /// LimitRanges are unknown to manifests): what `podmend audit FILE` does per file.
+    pub fn add_file(&mut self, engine: &Engine, file: &manifests::ManifestFile) {
+        let offline = StaticCluster::offline();
+        for document in &file.documents {
+            for (item, object) in document.objects() {
+                self.add_object(engine, &offline, object, document.source(&file.name, item));
+            }
+        }
+    }
+
     pub fn add_error(&mut self, error: InputError) {
         self.summary.input_errors += 1;
         self.errors.push(error);
@@ -379,14 +390,8 @@ pub async fn run(
     for error in errors {
         report.add_error(error);
     }
-    // Manifests are reviewed without cluster look-ups: node taints and LimitRanges are unknown.
-    let offline = StaticCluster::offline();
     for file in &files {
-        for document in &file.documents {
-            for (item, object) in document.objects() {
-                report.add_object(&engine, &offline, object, document.source(&file.name, item));
-            }
-        }
+        report.add_file(&engine, file);
     }
     if args.output == Format::Yaml {
         for error in &report.errors {

@@ -595,6 +595,12 @@ mod tests {
     use crate::cluster::StaticCluster;
     use crate::config::Preset;
 
+    /// A cluster whose namespace `ci` has these LimitRange items.
+    fn ci_limit_ranges(items: Value) -> StaticCluster {
+        let items = serde_json::from_value(items).expect("LimitRange items");
+        StaticCluster::empty().with_limit_range("ci", items)
+    }
+
     fn agent_meta() -> PodMeta {
         PodMeta {
             labels: BTreeMap::from([("jenkins/label".to_string(), "mypod".to_string())]),
@@ -792,14 +798,8 @@ mod tests {
 
     #[test]
     fn a_limit_range_minimum_becomes_the_request() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![
-                serde_json::from_value(
-                    json!({"type": "Container", "min": {"cpu": "100m", "memory": "64Mi"}}),
-                )
-                .expect("item"),
-            ],
+        let cluster = ci_limit_ranges(
+            json!([{"type": "Container", "min": {"cpu": "100m", "memory": "64Mi"}}]),
         );
         let (after, messages) = run(
             AgentRequestsConfig::default(),
@@ -821,9 +821,8 @@ mod tests {
 
     #[test]
     fn a_limit_to_request_ratio_gives_the_smallest_request_it_allows() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![serde_json::from_value(json!({"type": "Container", "maxLimitRequestRatio": {"cpu": "4", "memory": "3"}})).expect("item")],
+        let cluster = ci_limit_ranges(
+            json!([{"type": "Container", "maxLimitRequestRatio": {"cpu": "4", "memory": "3"}}]),
         );
         let (after, _) = run(
             AgentRequestsConfig::default(),
@@ -842,15 +841,8 @@ mod tests {
 
     #[test]
     fn a_pod_limit_range_minimum_is_met_by_the_first_container() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![
-                serde_json::from_value(
-                    json!({"type": "Pod", "min": {"cpu": "5m", "memory": "5Mi"}}),
-                )
-                .expect("item"),
-            ],
-        );
+        let cluster =
+            ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "5m", "memory": "5Mi"}}]));
         let (after, messages) = run(
             AgentRequestsConfig::default(),
             json!({"containers": [
@@ -884,13 +876,7 @@ mod tests {
 
     #[test]
     fn a_pod_limit_range_minimum_is_shared_out_within_each_container_limit() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![
-                serde_json::from_value(json!({"type": "Pod", "min": {"cpu": "100m"}}))
-                    .expect("item"),
-            ],
-        );
+        let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
         let (after, _) = run(
             AgentRequestsConfig::default(),
             json!({"containers": [
@@ -920,13 +906,7 @@ mod tests {
 
     #[test]
     fn a_limit_range_minimum_above_the_limit_leaves_the_request_at_the_limit() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![
-                serde_json::from_value(json!({"type": "Container", "min": {"cpu": "200m"}}))
-                    .expect("item"),
-            ],
-        );
+        let cluster = ci_limit_ranges(json!([{"type": "Container", "min": {"cpu": "200m"}}]));
         let (after, _) = run(
             AgentRequestsConfig::default(),
             with_resources(json!({"requests": {"cpu": "50m"}, "limits": {"cpu": "50m"}})),
@@ -941,13 +921,7 @@ mod tests {
 
     #[test]
     fn a_request_given_back_in_full_for_a_pod_limit_range_gets_no_limit_and_stays() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![
-                serde_json::from_value(json!({"type": "Pod", "min": {"cpu": "100m"}}))
-                    .expect("item"),
-            ],
-        );
+        let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
         let (after, _) = run(
             AgentRequestsConfig::default(),
             json!({"containers": [{"name": "a", "resources": {}}]}),
@@ -983,13 +957,7 @@ mod tests {
 
     #[test]
     fn a_pod_limit_range_minimum_is_met_by_the_pod_level_request_when_there_is_one() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![
-                serde_json::from_value(json!({"type": "Pod", "min": {"cpu": "100m"}}))
-                    .expect("item"),
-            ],
-        );
+        let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
         let (after, _) = run(
             AgentRequestsConfig::default(),
             json!({
@@ -1011,13 +979,7 @@ mod tests {
 
     #[test]
     fn a_pod_level_request_stays_within_the_limit_defaulting_will_give_the_pod() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![
-                serde_json::from_value(json!({"type": "Pod", "min": {"cpu": "100m"}}))
-                    .expect("item"),
-            ],
-        );
+        let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
         let (after, _) = run(
             AgentRequestsConfig::default(),
             json!({
@@ -1032,15 +994,8 @@ mod tests {
 
     #[test]
     fn limit_ranges_of_other_types_do_not_apply_to_containers() {
-        let cluster = StaticCluster::empty().with_limit_range(
-            "ci",
-            vec![
-                serde_json::from_value(
-                    json!({"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}),
-                )
-                .expect("item"),
-            ],
-        );
+        let cluster =
+            ci_limit_ranges(json!([{"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}]));
         let (after, _) = run(
             AgentRequestsConfig::default(),
             with_resources(json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})),

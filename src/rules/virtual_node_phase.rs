@@ -91,8 +91,8 @@ impl StatusRule for VirtualNodePhase {
         let stored_phase = old
             .and_then(|old| old.status.as_ref())
             .and_then(|status| status.phase.as_deref());
+        // The Pod as written is checked by `is_pending_with_every_container_running`.
         if node.is_empty()
-            || being_deleted(pod)
             || old.is_some_and(being_deleted)
             || matches!(stored_phase, Some("Succeeded" | "Failed"))
             || !is_pending_with_every_container_running(pod)
