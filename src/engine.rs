@@ -293,7 +293,7 @@ impl Engine {
                 rule: rule.id(),
                 mode,
                 messages,
-                advice: rule.advice(),
+                advice: rule.info().help,
                 patch,
             });
         }
@@ -417,7 +417,7 @@ impl Engine {
                 rule: rule.id(),
                 mode: rule.mode(),
                 messages,
-                advice: rule.advice(),
+                advice: rule.info().help,
                 patch,
             });
         }

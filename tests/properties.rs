@@ -671,11 +671,13 @@ fn every_repair_applies_passes_the_api_rules_is_idempotent_and_keeps_unknown_fie
         checked * 128 >= cases,
         "only {checked} of {cases} cases were checked against a LimitRange"
     );
-    // virtual-node-phase acts on pods/status writes, which these pod specs never are.
-    let spec_rules = podmend::rules::RULE_IDS
+    // Every rule of the spec registry (the status rules act on pods/status writes, which
+    // these pod specs never are).
+    let spec_rules: Vec<&str> = podmend::rules::registry(&Config::default())
         .iter()
-        .filter(|rule| **rule != podmend::rules::virtual_node_phase::ID);
-    for rule in spec_rules {
+        .map(|rule| rule.id())
+        .collect();
+    for rule in &spec_rules {
         for config in ["default config", "all-enforce config"] {
             let repaired = repairs.get(&(config, rule)).copied().unwrap_or(0);
             assert!(

@@ -11,11 +11,19 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::Value;
 
-use super::{Modes, PodMeta, Rule, RuleContext};
+use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::AgentRequestsConfig;
 use crate::quantity::{self, Milli};
 
-pub const ID: &str = "agent-requests";
+/// The rule's id, summary and help (see [`RuleInfo`]).
+pub const INFO: RuleInfo = RuleInfo {
+    id: "agent-requests",
+    summary: "An agent pod that must land on a given node cannot fit when the node's resources are \
+              fully requested; podmend sets its cpu and memory requests to 0 and keeps its limits.",
+    help: "set the agent's cpu/memory requests to \"0\" and keep its limits",
+};
+/// The rule's id.
+pub const ID: &str = INFO.id;
 
 /// Marks any pod as an agent, whatever its labels.
 pub const AGENT_ANNOTATION: &str = "podmend.io/agent";
@@ -45,8 +53,8 @@ impl AgentRequests {
 }
 
 impl Rule for AgentRequests {
-    fn id(&self) -> &'static str {
-        ID
+    fn info(&self) -> &'static RuleInfo {
+        &INFO
     }
 
     fn modes(&self) -> Modes {
@@ -86,10 +94,6 @@ impl Rule for AgentRequests {
             return Vec::new();
         }
         changed.messages()
-    }
-
-    fn advice(&self) -> &'static str {
-        "set the agent's cpu/memory requests to \"0\" and keep its limits"
     }
 }
 

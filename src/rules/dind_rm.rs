@@ -14,11 +14,21 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
 
 use super::agent_requests::{format_quantity, is_byte_resource, limit_range_floor};
-use super::{Modes, PodMeta, Rule, RuleContext};
+use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::{DindPolicy, DindRmConfig, SidecarMode};
 use crate::quantity::{self, Milli};
 
-pub const ID: &str = "dind-rm";
+/// The rule's id, summary and help (see [`RuleInfo`]).
+pub const INFO: RuleInfo = RuleInfo {
+    id: "dind-rm",
+    summary: "Containers a Docker-in-Docker pod starts without --rm outlive it on the daemon, pin \
+              images and fill the node's disk; podmend puts its Docker guard between the pod's \
+              clients and the daemon.",
+    help: "run containers with `docker run --rm` (or remove them when done), or set the pod's \
+         podmend.io/dind-policy annotation; use a dind sidecar, not the node's docker.sock",
+};
+/// The rule's id.
+pub const ID: &str = INFO.id;
 
 /// Per pod: `off`, or a policy (`rm`, `deny`, `reap`, `audit`) that replaces the config's.
 pub const POLICY_ANNOTATION: &str = "podmend.io/dind-policy";
@@ -103,8 +113,8 @@ impl DindRm {
 }
 
 impl Rule for DindRm {
-    fn id(&self) -> &'static str {
-        ID
+    fn info(&self) -> &'static RuleInfo {
+        &INFO
     }
 
     fn modes(&self) -> Modes {
@@ -240,11 +250,6 @@ impl Rule for DindRm {
         messages.extend(upstream.notes.into_iter().map(truncate));
         messages.extend(policy_note);
         messages
-    }
-
-    fn advice(&self) -> &'static str {
-        "run containers with `docker run --rm` (or remove them when done), or set the pod's \
-         podmend.io/dind-policy annotation; use a dind sidecar, not the node's docker.sock"
     }
 }
 

@@ -32,6 +32,19 @@ pub struct PodMeta {
     pub annotations: BTreeMap<String, String>,
 }
 
+/// What a rule says of itself, declared once beside its code: everything that lists rules
+/// (SARIF's `tool.driver.rules`, the audit table's legend, warnings, deny messages) reads it
+/// from here, through [`catalog`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuleInfo {
+    /// The rule's name in config, annotations, warnings and metrics.
+    pub id: &'static str,
+    /// One sentence: what goes wrong, and what the rule does about it.
+    pub summary: &'static str,
+    /// How to fix the source, for `deny` messages, audit findings and SARIF's help.
+    pub help: &'static str,
+}
+
 /// What a rule may consult besides the pod itself.
 pub struct RuleContext<'a> {
     pub namespace: &'a str,
@@ -57,8 +70,12 @@ impl Modes {
 }
 
 pub trait Rule: Send + Sync {
+    /// The rule's id, summary and help.
+    fn info(&self) -> &'static RuleInfo;
     /// The rule's name in config, annotations, warnings and metrics.
-    fn id(&self) -> &'static str;
+    fn id(&self) -> &'static str {
+        self.info().id
+    }
     fn modes(&self) -> Modes;
     /// A cheap look at the raw spec: false when `repair` could not find anything, so most
     /// pods never pay for a typed decode.
@@ -66,15 +83,17 @@ pub trait Rule: Send + Sync {
     /// Repairs `spec` in place and returns one short message per change (≤ 120 characters
     /// where possible); an empty list means there was nothing to repair.
     fn repair(&self, spec: &mut PodSpec, meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String>;
-    /// How to fix the source, for `deny` messages and audit findings.
-    fn advice(&self) -> &'static str;
 }
 
 /// A rule on `UPDATE pods/status`. The API server keeps only status (and metadata) edits on
 /// this subresource, so a status rule is given the Pod to read and its status to change.
 pub trait StatusRule: Send + Sync {
+    /// The rule's id, summary and help.
+    fn info(&self) -> &'static RuleInfo;
     /// The rule's name in config, annotations, warnings and metrics.
-    fn id(&self) -> &'static str;
+    fn id(&self) -> &'static str {
+        self.info().id
+    }
     /// `enforce`, `warn` or `off` (there is no `deny` for a status write).
     fn mode(&self) -> Mode;
     /// A cheap look at the raw Pod: false when `repair` could not find anything, so most
@@ -89,8 +108,6 @@ pub trait StatusRule: Send + Sync {
         status: &mut PodStatus,
         cx: &RuleContext<'_>,
     ) -> Vec<String>;
-    /// What the operator can do about the cause, for warnings and audit findings.
-    fn advice(&self) -> &'static str;
 }
 
 /// Every rule, in the order they run. `dind-rm` runs before `agent-requests` so an agent
@@ -115,10 +132,45 @@ pub fn status_registry(config: &Config) -> Vec<Box<dyn StatusRule>> {
     ))]
 }
 
-/// The ids of every rule, in registry order (status rules last).
-pub const RULE_IDS: &[&str] = &[
-    node_affinity::ID,
-    dind_rm::ID,
-    agent_requests::ID,
-    virtual_node_phase::ID,
-];
+/// Every rule's id, summary and help, in registry order (status rules last): read off the
+/// registries, so a rule added there is listed everywhere.
+pub fn catalog() -> Vec<&'static RuleInfo> {
+    let config = Config::default();
+    let spec_rules = registry(&config).into_iter().map(|rule| rule.info());
+    let status_rules = status_registry(&config).into_iter().map(|rule| rule.info());
+    spec_rules.chain(status_rules).collect()
+}
+
+/// The rule with this id.
+pub fn info(id: &str) -> Option<&'static RuleInfo> {
+    catalog().into_iter().find(|info| info.id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rule_describes_itself_with_a_distinct_id_a_summary_and_help() {
+        let catalog = catalog();
+        assert_eq!(
+            catalog.iter().map(|info| info.id).collect::<Vec<_>>(),
+            [
+                "node-affinity",
+                "dind-rm",
+                "agent-requests",
+                "virtual-node-phase"
+            ]
+        );
+        for info in catalog {
+            assert!(info.summary.len() > 40, "{}: summary too short", info.id);
+            assert!(info.help.len() > 20, "{}: help too short", info.id);
+            assert!(!info.summary.contains('\n') && !info.help.contains('\n'));
+            assert!(
+                info.summary.ends_with('.'),
+                "{}: summary is a sentence",
+                info.id
+            );
+        }
+    }
+}

@@ -9,10 +9,19 @@ use k8s_openapi::api::core::v1::{
 };
 use serde_json::Value;
 
-use super::{Modes, PodMeta, Rule, RuleContext};
+use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::NodeAffinityConfig;
 
-pub const ID: &str = "node-affinity";
+/// The rule's id, summary and help (see [`RuleInfo`]).
+pub const INFO: RuleInfo = RuleInfo {
+    id: "node-affinity",
+    summary: "spec.nodeName bypasses the scheduler, so a full node rejects the pod and its \
+              controller recreates it at once, again and again; podmend turns it into required \
+              node affinity on the node's name.",
+    help: "replace spec.nodeName with required node affinity (matchFields metadata.name In [<node>])",
+};
+/// The rule's id.
+pub const ID: &str = INFO.id;
 
 /// The only field-selector key the API accepts in `matchFields`.
 const NODE_NAME_FIELD: &str = "metadata.name";
@@ -29,8 +38,8 @@ impl NodeAffinity {
 }
 
 impl Rule for NodeAffinity {
-    fn id(&self) -> &'static str {
-        ID
+    fn info(&self) -> &'static RuleInfo {
+        &INFO
     }
 
     fn modes(&self) -> Modes {
@@ -59,10 +68,6 @@ impl Rule for NodeAffinity {
             messages.extend(self.tolerate_taints(spec, &node, cx));
         }
         messages
-    }
-
-    fn advice(&self) -> &'static str {
-        "replace spec.nodeName with required node affinity (matchFields metadata.name In [<node>])"
     }
 }
 

@@ -18,10 +18,19 @@ use k8s_openapi::api::core::v1::{
 };
 use serde_json::Value;
 
-use super::{RuleContext, StatusRule};
+use super::{RuleContext, RuleInfo, StatusRule};
 use crate::config::{Mode, VirtualNodePhaseConfig};
 
-pub const ID: &str = "virtual-node-phase";
+/// The rule's id, summary and help (see [`RuleInfo`]).
+pub const INFO: RuleInfo = RuleInfo {
+    id: "virtual-node-phase",
+    summary: "On virtual-kubelet nodes a pod can stay Pending while every container runs, and \
+              clients that wait for Running kill it; podmend sets Running, as the kubelet's own \
+              phase rule would.",
+    help: "the virtual-kubelet provider reports Pending while every container runs; update the provider, or make the client wait for containers rather than the phase",
+};
+/// The rule's id.
+pub const ID: &str = INFO.id;
 
 /// A pod phase, as `getPhase` returns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,8 +70,8 @@ impl VirtualNodePhase {
 }
 
 impl StatusRule for VirtualNodePhase {
-    fn id(&self) -> &'static str {
-        ID
+    fn info(&self) -> &'static RuleInfo {
+        &INFO
     }
 
     fn mode(&self) -> Mode {
@@ -111,10 +120,6 @@ impl StatusRule for VirtualNodePhase {
         vec![format!(
             "phase Pending → Running: all {containers} container(s) run on virtual node {node}"
         )]
-    }
-
-    fn advice(&self) -> &'static str {
-        "the virtual-kubelet provider reports Pending while every container runs; update the provider, or make the client wait for containers rather than the phase"
     }
 }
 
