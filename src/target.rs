@@ -5,6 +5,8 @@
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkloadKind {
     Pod,
+    PodTemplate,
+    ReplicationController,
     Deployment,
     ReplicaSet,
     StatefulSet,
@@ -48,6 +50,23 @@ pub const TARGETS: &[Target] = &[
         spec: "/spec",
         metadata: "/metadata",
         template: None,
+    },
+    // A PodTemplate object holds its template at the top level, not under `spec`.
+    Target {
+        kind: WorkloadKind::PodTemplate,
+        group: "",
+        name: "PodTemplate",
+        spec: "/template/spec",
+        metadata: "/template/metadata",
+        template: Some("/template"),
+    },
+    Target {
+        kind: WorkloadKind::ReplicationController,
+        group: "",
+        name: "ReplicationController",
+        spec: TEMPLATE_SPEC,
+        metadata: TEMPLATE_METADATA,
+        template: TEMPLATE,
     },
     Target {
         kind: WorkloadKind::Deployment,
@@ -118,6 +137,8 @@ mod tests {
     fn every_kind_maps_to_its_pod_spec_path() {
         let expected = [
             ("", "Pod", "/spec"),
+            ("", "PodTemplate", "/template/spec"),
+            ("", "ReplicationController", "/spec/template/spec"),
             ("apps", "Deployment", "/spec/template/spec"),
             ("apps", "ReplicaSet", "/spec/template/spec"),
             ("apps", "StatefulSet", "/spec/template/spec"),

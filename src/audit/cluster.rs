@@ -10,7 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{LimitRange, Node, Pod};
+use k8s_openapi::api::core::v1::{LimitRange, Node, Pod, PodTemplate, ReplicationController};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Resource};
@@ -226,6 +226,8 @@ impl Default for ClusterAuditOptions {
 /// The workload kinds with pod templates, listed before pods so that failed pods can name
 /// what their owner's template pins.
 const TEMPLATE_KINDS: &[fn() -> ApiResource] = &[
+    || ApiResource::erase::<PodTemplate>(&()),
+    || ApiResource::erase::<ReplicationController>(&()),
     || ApiResource::erase::<Deployment>(&()),
     || ApiResource::erase::<ReplicaSet>(&()),
     || ApiResource::erase::<StatefulSet>(&()),

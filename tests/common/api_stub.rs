@@ -99,6 +99,7 @@ const KNOWN: &[(&str, &str, &str, bool)] = &[
         "PersistentVolumeClaim",
         true,
     ),
+    ("podtemplates", "v1", "PodTemplate", true),
     (
         "replicationcontrollers",
         "v1",
