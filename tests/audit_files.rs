@@ -323,3 +323,136 @@ fn find_object(dir: &Path, object: &Value) -> Value {
         .find(|c| c["kind"] == object["kind"] && c["metadata"]["name"] == object["name"])
         .unwrap_or_else(|| panic!("{object} not found in {}", dir.display()))
 }
+
+/// A directory with one broken file and one good one.
+fn broken_and_good_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        dir.path().join("broken.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: broken\n   bad: indent\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("good.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: good, namespace: ci}\nspec:\n  nodeName: node-1\n  containers: [{name: a, image: busybox}]\n",
+    )
+    .expect("write");
+    dir
+}
+
+#[test]
+fn an_unreadable_file_is_named_on_stderr_in_every_format_and_the_good_files_are_still_reported() {
+    let dir = broken_and_good_dir();
+    let path = dir.path().display().to_string();
+    for format in ["table", "json", "sarif", "patch", "yaml"] {
+        let run = audit(&["-o", format, &path], None);
+        assert_eq!(run.status, 1, "-o {format}: {}", run.stderr);
+        let line = run
+            .stderr
+            .lines()
+            .find(|line| line.contains("broken.yaml"))
+            .unwrap_or_else(|| panic!("-o {format}: no error on stderr: {:?}", run.stderr));
+        assert!(
+            line.starts_with("podmend audit: ")
+                && line.contains("document 1 (line ")
+                && line.contains("invalid YAML"),
+            "-o {format}: {line}"
+        );
+        // The good file is still audited and reported.
+        assert!(
+            run.stdout.contains("good"),
+            "-o {format} lost the good file: {}",
+            run.stdout
+        );
+        if format == "yaml" {
+            assert!(!run.stdout.contains("nodeName"), "{}", run.stdout);
+        }
+    }
+    // The formats with a place for errors keep them there too.
+    let json: Value =
+        serde_json::from_str(&audit(&["-o", "json", &path], None).stdout).expect("json report");
+    assert_eq!(json["errors"].as_array().map(Vec::len), Some(1), "{json}");
+    let sarif: Value =
+        serde_json::from_str(&audit(&["-o", "sarif", &path], None).stdout).expect("sarif log");
+    let notifications = &sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"];
+    assert_eq!(notifications.as_array().map(Vec::len), Some(1), "{sarif}");
+    assert!(audit(&[&path], None).stdout.contains("input errors:"));
+}
+
+#[test]
+fn a_missing_file_is_named_on_stderr_as_the_whole_file() {
+    let run = audit(&["-o", "json", "no/such/file.yaml"], None);
+    assert_eq!(run.status, 1);
+    assert!(
+        run.stderr
+            .contains("podmend audit: no/such/file.yaml: cannot read:"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_pod_whose_spec_does_not_decode_is_an_input_error_naming_the_field() {
+    let manifests = "apiVersion: v1\nkind: Service\nmetadata: {name: s}\n---\n\
+        apiVersion: v1\nkind: Pod\nmetadata: {name: bad-env, namespace: ci}\nspec:\n  nodeName: node-1\n  containers:\n  - name: app\n    image: busybox\n    env:\n    - {name: RETRIES, value: 3}\n";
+    let run = audit(&["-o", "json", "-"], Some(manifests));
+    assert_eq!(run.status, 1, "{}", run.stdout);
+    assert!(
+        run.stderr.contains(
+            "podmend audit: stdin: document 2 (line 5): not a valid Pod: spec.containers[0].env[0].value: invalid type: integer `3`, expected a string"
+        ),
+        "{}",
+        run.stderr
+    );
+    let report: Value = serde_json::from_str(&run.stdout).expect("json");
+    assert_eq!(
+        report["summary"]["findings"], 0,
+        "an invalid object is not reviewed"
+    );
+    assert_eq!(report["summary"]["inputErrors"], 1);
+    assert_eq!(report["summary"]["objects"], 2);
+    assert_eq!(report["errors"][0]["line"], 5);
+
+    let deployment = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n    spec:\n      containers:\n      - name: app\n        ports: [{containerPort: http}]\n";
+    let run = audit(&["-"], Some(deployment));
+    assert_eq!(run.status, 1);
+    assert!(
+        run.stderr.contains(
+            "not a valid Deployment: spec.template.spec.containers[0].ports[0].containerPort:"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn replication_controllers_and_pod_templates_are_audited_like_other_workloads() {
+    let manifests = "apiVersion: v1\nkind: ReplicationController\nmetadata: {name: rc, namespace: ci}\nspec:\n  replicas: 1\n  selector: {app: rc}\n  template:\n    metadata: {labels: {app: rc}}\n    spec:\n      nodeName: node-1\n      containers: [{name: a, image: busybox}]\n---\n\
+        apiVersion: v1\nkind: PodTemplate\nmetadata: {name: pt, namespace: ci}\ntemplate:\n  metadata: {labels: {app: pt}}\n  spec:\n    nodeName: node-2\n    containers: [{name: a, image: busybox}]\n";
+    let run = audit(&["-o", "json", "-"], Some(manifests));
+    assert_eq!(run.status, 3, "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).expect("json");
+    assert_eq!(report["summary"]["withoutPodSpec"], 0, "{report}");
+    let findings = report["findings"].as_array().expect("findings");
+    assert_eq!(findings.len(), 2, "{report}");
+    for (finding, (kind, pointer)) in findings.iter().zip([
+        ("ReplicationController", "/spec/template/spec/nodeName"),
+        ("PodTemplate", "/template/spec/nodeName"),
+    ]) {
+        assert_eq!(finding["object"]["kind"], kind);
+        assert_eq!(finding["rule"], "node-affinity");
+        assert_eq!(
+            finding["mode"], "warn",
+            "templates are warned about by default"
+        );
+        let removes_node_name = finding["patch"]
+            .as_array()
+            .expect("patch")
+            .iter()
+            .any(|op| op["op"] == "remove" && op["path"] == pointer);
+        assert!(removes_node_name, "{finding}");
+    }
+    let repaired = audit(&["-o", "yaml", "-"], Some(manifests));
+    assert_eq!(repaired.status, 0);
+    assert!(!repaired.stdout.contains("nodeName"), "{}", repaired.stdout);
+}

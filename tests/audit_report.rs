@@ -2,6 +2,8 @@
 //! table, JSON, JSON Lines patches, and SARIF checked against the official SARIF 2.1.0 schema
 //! (`tests/fixtures/sarif/sarif-schema-2.1.0.json`) with Python `jsonschema` from `.venv`.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -9,7 +11,7 @@ use podmend::audit::report::{self, Format};
 use podmend::audit::{InputError, ObjectRef, Report, Source, Symptom, SymptomKind};
 use podmend::cluster::StaticCluster;
 use podmend::config::{AgentRequestsConfig, Config, Mode, RulesConfig};
-use podmend::engine::Engine;
+use podmend::engine::{Engine, Operation, Subject};
 use serde_json::{Value, json};
 
 fn source(file: &str, document: usize, line: usize) -> Source {
@@ -642,4 +644,102 @@ fn file_paths_become_relative_forward_slash_uris() {
         .collect();
     assert_eq!(uris, ["deploy/pod.yaml", "deploy/win%20pod.yaml"]);
     validate_sarif(&text).unwrap();
+}
+
+/// A report with a finding of every rule in the catalog: a pinned pod (node-affinity), a
+/// Docker-in-Docker pod (dind-rm), a Jenkins agent (agent-requests) and a status write of the
+/// JENKINS-68649 pod on a virtual node (virtual-node-phase).
+fn report_with_every_rule() -> Report {
+    let mut config = Config::default();
+    config.rules.virtual_node_phase.mode = Mode::Enforce;
+    let engine = Engine::new(&config);
+    let cluster = StaticCluster::empty()
+        .with_labeled_node("virtual-node-aci-linux", &[("type", "virtual-kubelet")]);
+    let mut report = Report::default();
+    let dind = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dind", "namespace": "ci"},
+        "spec": {"containers": [
+            {"name": "docker", "image": "docker:24-dind", "securityContext": {"privileged": true}},
+            {"name": "build", "image": "docker:24-cli",
+             "env": [{"name": "DOCKER_HOST", "value": "tcp://localhost:2375"}]}]}});
+    for (line, object) in [pinned_pod(), dind, jenkins_agent("agent")]
+        .iter()
+        .enumerate()
+    {
+        report.add_object(
+            &engine,
+            &cluster,
+            object,
+            source("pods.yaml", line + 1, line + 1),
+        );
+    }
+    let pending = common::server::fixture(
+        "virtual-kubelet-aci-pod-pending-with-running-containers-JENKINS-68649-reconstructed.yaml",
+    );
+    let status_write = Subject {
+        operation: Operation::Update,
+        group: "",
+        kind: "Pod",
+        sub_resource: "status",
+        namespace: pending["metadata"]["namespace"].as_str().unwrap_or(""),
+        object: Some(&pending),
+        old_object: Some(&pending),
+    };
+    report.add_review(
+        &engine,
+        &cluster,
+        &status_write,
+        source("status.yaml", 1, 1),
+    );
+    report
+}
+
+#[test]
+fn sarif_names_every_rule_with_its_own_description_and_validates() {
+    let report = report_with_every_rule();
+    let rules: Vec<&str> = report.findings.iter().map(|f| f.rule.as_str()).collect();
+    let catalog = podmend::rules::catalog();
+    assert_eq!(
+        rules,
+        catalog.iter().map(|info| info.id).collect::<Vec<_>>(),
+        "a finding of every rule"
+    );
+    let text = report::sarif(&report, "1.2.3");
+    if let Err(errors) = validate_sarif(&text) {
+        panic!("SARIF does not validate:\n{errors}\n{text}");
+    }
+    let log: Value = serde_json::from_str(&text).unwrap();
+    let descriptors = log["runs"][0]["tool"]["driver"]["rules"]
+        .as_array()
+        .unwrap();
+    assert_eq!(descriptors.len(), catalog.len());
+    for (descriptor, info) in descriptors.iter().zip(&catalog) {
+        assert_eq!(descriptor["id"], info.id);
+        assert_eq!(descriptor["shortDescription"]["text"], info.summary);
+        assert_eq!(descriptor["help"]["text"], info.help);
+        assert!(
+            !info.summary.contains("podmend rule"),
+            "{}: a placeholder, not a description",
+            info.id
+        );
+    }
+}
+
+#[test]
+fn the_table_explains_each_rule_it_shows_once() {
+    let report = report_with_every_rule();
+    let text = report::table(&report, false);
+    let legend: Vec<&str> = text
+        .lines()
+        .skip_while(|line| *line != "rules:")
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .collect();
+    let catalog = podmend::rules::catalog();
+    assert_eq!(legend.len(), catalog.len(), "{text}");
+    for (line, info) in legend.iter().zip(&catalog) {
+        assert!(
+            line.trim_start().starts_with(info.id) && line.ends_with(info.summary),
+            "{line}"
+        );
+    }
 }

@@ -8,6 +8,7 @@ pub mod manifests;
 pub mod report;
 
 use json_patch::PatchOperation;
+use k8s_openapi::api::core::v1::PodSpec;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -17,6 +18,7 @@ use crate::cli::AuditArgs;
 use crate::cluster::{ClusterView, StaticCluster};
 use crate::config::{Config, ConfigError, Mode};
 use crate::engine::{Engine, Operation, Outcome, Subject};
+use crate::target;
 use report::Format;
 
 /// Where an object came from.
@@ -38,7 +40,7 @@ pub struct Source {
 }
 
 /// Which object a finding is about.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
     pub api_version: String,
@@ -142,12 +144,23 @@ pub struct InputError {
 }
 
 impl std::fmt::Display for InputError {
+    /// One line: `FILE: document N (line L): MESSAGE`, or `FILE: MESSAGE` for the whole file;
+    /// stdin is named `stdin`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}: document {} (line {}): {}",
-            self.file, self.document, self.line, self.message
-        )
+        let file = if self.file == "-" {
+            "stdin"
+        } else {
+            &self.file
+        };
+        if self.document == 0 {
+            write!(f, "{file}: {}", self.message)
+        } else {
+            write!(
+                f,
+                "{file}: document {} (line {}): {}",
+                self.document, self.line, self.message
+            )
+        }
     }
 }
 
@@ -231,7 +244,19 @@ impl Report {
             object: Some(object),
             old_object: None,
         };
-        let outcome = engine.review(&subject, cluster);
+        self.add_review(engine, cluster, &subject, source)
+    }
+
+    /// Reviews one request as the webhook would (any operation and subresource, e.g. a
+    /// `pods/status` update for the status rules) and records what it finds on its object.
+    pub fn add_review(
+        &mut self,
+        engine: &Engine,
+        cluster: &dyn ClusterView,
+        subject: &Subject<'_>,
+        source: Source,
+    ) -> Outcome {
+        let outcome = engine.review(subject, cluster);
         self.summary.objects += 1;
         match (&outcome.target, &outcome.skipped) {
             (None, _) | (Some(_), Some(crate::engine::Skip::NoPodSpec)) => {
@@ -240,7 +265,7 @@ impl Report {
             (Some(_), Some(_)) => self.summary.skipped += 1,
             (Some(_), None) => {}
         }
-        let object_ref = ObjectRef::of(object);
+        let object_ref = subject.object.map(ObjectRef::of).unwrap_or_default();
         for finding in &outcome.findings {
             self.summary.findings += 1;
             match finding.mode {
@@ -270,12 +295,27 @@ impl Report {
     }
 
     /// Reviews every object of a manifest file, without cluster look-ups (node taints and
-    /// LimitRanges are unknown to manifests): what `podmend audit FILE` does per file.
+    /// LimitRanges are unknown to manifests): what `podmend audit FILE` does per file. An object
+    /// whose pod spec the API server would refuse is an input error, not reviewed.
     pub fn add_file(&mut self, engine: &Engine, file: &manifests::ManifestFile) {
         let offline = StaticCluster::offline();
         for document in &file.documents {
             for (item, object) in document.objects() {
-                self.add_object(engine, &offline, object, document.source(&file.name, item));
+                let source = document.source(&file.name, item);
+                match invalid_pod_spec(object) {
+                    Some(message) => {
+                        self.summary.objects += 1;
+                        self.add_error(InputError {
+                            file: source.file,
+                            document: source.document,
+                            line: source.line,
+                            message,
+                        });
+                    }
+                    None => {
+                        self.add_object(engine, &offline, object, source);
+                    }
+                }
             }
         }
     }
@@ -304,6 +344,27 @@ impl Report {
             .any(|level| level >= fail_on);
         if failing { EXIT_FINDINGS } else { EXIT_CLEAN }
     }
+}
+
+/// Why an object of a handled kind is not a valid one: its pod spec does not decode. Names
+/// the field by its path in the object and says what was wrong. Objects from a live cluster
+/// were validated by the API server and are not checked again.
+fn invalid_pod_spec(object: &Value) -> Option<String> {
+    let text = |key: &str| object.get(key).and_then(Value::as_str).unwrap_or("");
+    let target = target::for_api_version(text("apiVersion"), text("kind"))?;
+    let spec = object.pointer(target.spec)?;
+    let error = serde_path_to_error::deserialize::<_, PodSpec>(spec).err()?;
+    let mut path = target.spec.trim_start_matches('/').replace('/', ".");
+    let field = error.path().to_string();
+    if field != "." {
+        path.push('.');
+        path.push_str(&field);
+    }
+    Some(format!(
+        "not a valid {}: {path}: {} (the API server would refuse it; fix the field and run the audit again)",
+        target.name,
+        error.inner()
+    ))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -363,6 +424,7 @@ pub async fn run(
         if terminal.progress {
             eprintln!();
         }
+        print_input_errors(&report);
         if args.policy_report {
             let reports = cluster::policy_reports(&report);
             if args.apply {
@@ -393,15 +455,22 @@ pub async fn run(
     for file in &files {
         report.add_file(&engine, file);
     }
+    print_input_errors(&report);
     if args.output == Format::Yaml {
-        for error in &report.errors {
-            eprintln!("podmend audit: {error}");
-        }
         write(out, &manifests::render_repaired(&files, &report.repairs))?;
     } else {
         write(out, &render(&report, args.output, terminal))?;
     }
     Ok(report.exit_status(fail_on))
+}
+
+/// Every input error, one line each on stderr, whatever the output format: stdout may be a
+/// Helm post-renderer's pipe or a report file, and the user must still see why the run
+/// failed. The formats that have a place for errors also carry them.
+fn print_input_errors(report: &Report) {
+    for error in &report.errors {
+        eprintln!("podmend audit: {error}");
+    }
 }
 
 fn render(report: &Report, format: Format, terminal: Terminal) -> String {

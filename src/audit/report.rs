@@ -8,20 +8,23 @@ use super::{
     AuditFinding, InputError, ObjectRepair, Report, Source, Summary, Symptom, SymptomKind,
 };
 use crate::config::Mode;
-use crate::rules::{agent_requests, node_affinity};
+use crate::rules;
 
-/// `podmend audit -o FORMAT`.
+/// `podmend audit -o FORMAT`. The doc comments of the variants are `--help` text, written for
+/// a terminal; the renderers are [`table`], [`json`](fn@json), [`sarif`], [`patches`] and
+/// `manifests::render_repaired`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
-    /// Aligned columns for a terminal.
+    /// Aligned columns for a terminal, then symptoms, input errors and a summary.
     Table,
-    /// The [`json`](fn@json) document.
+    /// One JSON document (apiVersion podmend.io/v1alpha1, kind AuditReport) with the summary,
+    /// findings, repairs, symptoms and errors.
     Json,
-    /// SARIF 2.1.0 ([`sarif`](fn@sarif)).
+    /// SARIF 2.1.0, for GitHub code scanning and other SARIF viewers.
     Sarif,
-    /// One JSON Patch per repaired object, as JSON Lines ([`patches`](fn@patches)).
+    /// One JSON Patch per repaired object, as JSON Lines, for kubectl patch --type json.
     Patch,
-    /// The repaired manifests (rendered by the manifests reader, not here).
+    /// The input manifests with every repair applied (a Helm post-renderer's output).
     Yaml,
 }
 
@@ -74,6 +77,22 @@ pub fn table(report: &Report, color: bool) -> String {
             std::iter::once(header).chain(rows).collect(),
             reset,
         );
+    }
+
+    let mut seen: Vec<&str> = Vec::new();
+    for finding in &report.findings {
+        if !seen.contains(&finding.rule.as_str()) {
+            seen.push(&finding.rule);
+        }
+    }
+    if !seen.is_empty() {
+        out.push('\n');
+        out.push_str(&format!("{}rules:{reset}\n", paint(BOLD)));
+        let rows = seen
+            .iter()
+            .map(|id| [Cell::plain(id, ""), Cell::plain(rule_description(id), "")])
+            .collect();
+        render_rows(&mut out, "  ", rows, reset);
     }
 
     if !report.symptoms.is_empty() {
@@ -525,16 +544,9 @@ fn rule_name(id: &str) -> String {
         .collect()
 }
 
-fn rule_description(id: &str) -> String {
-    match id {
-        node_affinity::ID => "spec.nodeName bypasses the scheduler: a full node rejects the pod \
-                              and its controller recreates it at once, again and again"
-            .to_string(),
-        agent_requests::ID => "an agent pod that must land on a given node cannot fit a node \
-                               whose resources are fully requested unless its requests are 0"
-            .to_string(),
-        other => format!("podmend rule {other}"),
-    }
+/// The rule's one-line summary, from the rule itself.
+fn rule_description(id: &str) -> &'static str {
+    rules::info(id).map_or("a podmend rule", |info| info.summary)
 }
 
 fn symptom_description(kind: SymptomKind) -> &'static str {
