@@ -39,7 +39,7 @@ pub enum Command {
     Serve(ServeArgs),
     /// Show what podmend would repair, in manifests or a live cluster (a dry run).
     Audit(AuditArgs),
-    /// Run the Docker API guard of a Docker-in-Docker pod (`guard reap`: remove orphans).
+    /// Run the Docker API guard of a Docker-in-Docker pod (guard reap: remove orphans).
     Guard(GuardArgs),
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
     Certs(CertsArgs),
@@ -96,8 +96,8 @@ pub struct ServeArgs {
     /// may be stale).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub cache_stale_seconds: u64,
-    /// Also serve `POST /null`, which answers `allowed: true` without reading the review:
-    /// the baseline of the load generator (`cargo bench --bench load`). Never in production.
+    /// Also serve POST /null, which answers allowed: true without reading the review: the
+    /// baseline of the load generator (cargo bench --bench load). Never in production.
     #[arg(long, hide = true)]
     pub benchmark_null_route: bool,
     #[command(flatten)]
@@ -162,7 +162,7 @@ pub struct ConfigArgs {
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
-    /// Manifest files or directories (recursing into *.yaml, *.yml, *.json); `-` reads stdin.
+    /// Manifest files or directories (recursing into *.yaml, *.yml, *.json); - reads stdin.
     #[arg(required_unless_present = "cluster", conflicts_with = "cluster")]
     pub paths: Vec<String>,
     /// Audit the live cluster of the kubeconfig instead of files.
@@ -187,7 +187,7 @@ pub struct AuditArgs {
     /// Default: warn; never with -o yaml, so it works as a Helm post-renderer.
     #[arg(long, value_enum)]
     pub fail_on: Option<FailOn>,
-    /// Configuration file, as for `serve` (modes decide what each finding is).
+    /// Configuration file, as for podmend serve (its modes decide what each finding is).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Print the findings as wgpolicyk8s.io/v1alpha2 PolicyReports (YAML) instead (with --cluster).

@@ -21,8 +21,8 @@ pub const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on thi
 /// What the guard does with containers created without `--rm`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Policy {
-    /// Set `HostConfig.AutoRemove` (`--rm`); containers with a restart policy or from
-    /// `docker compose` are labelled and reaped at shutdown instead.
+    /// Set HostConfig.AutoRemove, as docker run --rm does; containers with a restart policy
+    /// or from docker compose are labelled and reaped at shutdown instead.
     #[default]
     Rm,
     /// Refuse the create with 403 and a message the docker CLI prints.
