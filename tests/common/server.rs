@@ -54,63 +54,80 @@ pub fn write_certs(dir: &Path) {
 }
 
 impl Server {
+    /// Starts `podmend serve` on two free ports. A port picked free can be taken by another
+    /// process before podmend binds it; then podmend exits saying so, and it is started again
+    /// on other ports.
     pub fn start(options: Options) -> Server {
-        let dir = tempfile::tempdir().expect("tempdir");
+        let mut dir = tempfile::tempdir().expect("tempdir");
         let certs = dir.path().join("certs");
         write_certs(&certs);
         let tls_dir = options.tls_dir.clone().unwrap_or_else(|| certs.clone());
-        let webhook = free_port();
-        let metrics = free_port();
-        let log = dir.path().join("serve.log");
-        let mut command = Command::new(BIN);
-        command
-            .arg("serve")
-            .arg("--listen")
-            .arg(webhook.to_string())
-            .arg("--metrics-listen")
-            .arg(metrics.to_string())
-            .arg("--tls-cert")
-            .arg(tls_dir.join("tls.crt"))
-            .arg("--tls-key")
-            .arg(tls_dir.join("tls.key"))
-            .args(["--reload-seconds", "1", "--shutdown-seconds", "5"])
-            .args([
-                "--shutdown-delay-seconds",
-                &options.shutdown_delay_seconds.to_string(),
-            ])
-            .args([
-                "--cache-stale-seconds",
-                &options.cache_stale_seconds.unwrap_or(30).to_string(),
-            ])
-            .arg("--kubeconfig")
-            .arg(
-                options
-                    .kubeconfig
-                    .clone()
-                    .unwrap_or_else(|| dir.path().join("no-kubeconfig")),
-            )
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"));
         if let Some(config) = &options.config {
-            let path = dir.path().join("config.yaml");
-            std::fs::write(&path, config).expect("write config");
-            command.arg("--config").arg(path);
+            std::fs::write(dir.path().join("config.yaml"), config).expect("write config");
         }
-        let child = command.spawn().expect("start podmend serve");
-        let server = Server {
-            child,
-            webhook,
-            metrics,
-            dir,
-            log,
-        };
-        server.wait_for(if options.wait_ready {
-            "/readyz"
-        } else {
-            "/healthz"
-        });
-        server
+        let log = dir.path().join("serve.log");
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let webhook = free_port();
+            let metrics = free_port();
+            let mut command = Command::new(BIN);
+            command
+                .arg("serve")
+                .arg("--listen")
+                .arg(webhook.to_string())
+                .arg("--metrics-listen")
+                .arg(metrics.to_string())
+                .arg("--tls-cert")
+                .arg(tls_dir.join("tls.crt"))
+                .arg("--tls-key")
+                .arg(tls_dir.join("tls.key"))
+                .args(["--reload-seconds", "1", "--shutdown-seconds", "5"])
+                .args([
+                    "--shutdown-delay-seconds",
+                    &options.shutdown_delay_seconds.to_string(),
+                ])
+                .args([
+                    "--cache-stale-seconds",
+                    &options.cache_stale_seconds.unwrap_or(30).to_string(),
+                ])
+                .arg("--kubeconfig")
+                .arg(
+                    options
+                        .kubeconfig
+                        .clone()
+                        .unwrap_or_else(|| dir.path().join("no-kubeconfig")),
+                )
+                .env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).expect("log file"));
+            if options.config.is_some() {
+                command.arg("--config").arg(dir.path().join("config.yaml"));
+            }
+            let child = command.spawn().expect("start podmend serve");
+            let mut server = Server {
+                child,
+                webhook,
+                metrics,
+                dir,
+                log: log.clone(),
+            };
+            let path = if options.wait_ready {
+                "/readyz"
+            } else {
+                "/healthz"
+            };
+            match server.wait_for(path) {
+                Ok(()) => return server,
+                Err(log_text) if log_text.contains("Address already in use") && attempts < 5 => {
+                    let _ = server.child.wait();
+                    dir = std::mem::replace(&mut server.dir, tempfile::tempdir().expect("tempdir"));
+                }
+                Err(log_text) => {
+                    panic!("podmend did not answer {path} within 20 s; log:\n{log_text}")
+                }
+            }
+        }
     }
 
     pub fn config_path(&self) -> PathBuf {
@@ -125,17 +142,18 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    fn wait_for(&self, path: &str) {
+    /// Waits until `path` answers 200 on the metrics port; Err with the log when podmend
+    /// exited or 20 s passed.
+    fn wait_for(&mut self, path: &str) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok((200, _)) = self.metrics_get(path) {
-                return;
+                return Ok(());
             }
-            assert!(
-                Instant::now() < deadline,
-                "podmend did not answer {path} within 20 s; log:\n{}",
-                self.log_text()
-            );
+            let exited = matches!(self.child.try_wait(), Ok(Some(_)));
+            if exited || Instant::now() >= deadline {
+                return Err(self.log_text());
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
