@@ -16,8 +16,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// What to do when a peer is missing. Never skip: the test command installs them.
-pub const INSTALL_HINT: &str =
-    "run scripts/setup (scripts/test does): as root on Debian it installs docker.io and busybox-static";
+pub const INSTALL_HINT: &str = "run scripts/setup (scripts/test does): as root on Debian it installs docker.io and busybox-static";
 
 /// How long a daemon may take to answer `/_ping` after it was started.
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
