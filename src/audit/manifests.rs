@@ -1,7 +1,8 @@
 //! Manifests in: files, directories (recursing into `*.yaml`, `*.yml`, `*.json`) and stdin;
 //! multi-document YAML, JSON, `kind: List`; each document's position and Helm `# Source:`
 //! comment kept. Manifests out (`-o yaml`): every document as it was, byte for byte, except
-//! the ones podmend repairs, which are written anew below their original leading comments.
+//! the ones podmend repairs, which are written anew below their original leading comments, in
+//! YAML that every reader takes back as the same values ([`yaml`](super::yaml)).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -333,8 +334,7 @@ pub fn render_repaired(files: &[ManifestFile], repairs: &[ObjectRepair]) -> Stri
                 None => out.push_str(original),
                 Some(value) => {
                     out.push_str(&file.text[document.header.clone()]);
-                    // Serializing a JSON value to YAML cannot fail.
-                    out.push_str(&serde_yaml_ng::to_string(&value).unwrap_or_default());
+                    out.push_str(&super::yaml::to_string(&value));
                     // A document its `...` line ended keeps it: the next document may start
                     // without `---`, and would otherwise run on into this one.
                     if original

@@ -1,11 +1,13 @@
 //! `podmend audit`: the dry run. Objects from manifests ([`manifests`]) or a live cluster
 //! ([`cluster`]) go through the same [`Engine::review`] as the webhook, as CREATE requests;
 //! the [`Report`] holds every finding with the exact patch the webhook computes, and
-//! [`report`] renders it (table, JSON, SARIF, patches, repaired YAML).
+//! [`report`] renders it (table, JSON, SARIF, patches); repaired manifests and PolicyReports
+//! are written as YAML by [`yaml`], quoted so that YAML 1.1 and 1.2 readers agree.
 
 pub mod cluster;
 pub mod manifests;
 pub mod report;
+pub mod yaml;
 
 use json_patch::PatchOperation;
 use k8s_openapi::api::core::v1::PodSpec;
@@ -432,14 +434,7 @@ pub async fn run(
                 write(out, &format!("applied {applied} PolicyReport(s)\n"))?;
             } else {
                 for policy_report in &reports {
-                    // Serializing a JSON value to YAML cannot fail.
-                    write(
-                        out,
-                        &format!(
-                            "---\n{}",
-                            serde_yaml_ng::to_string(policy_report).unwrap_or_default()
-                        ),
-                    )?;
+                    write(out, &format!("---\n{}", yaml::to_string(policy_report)))?;
                 }
             }
             return Ok(report.exit_status(fail_on));

@@ -5,5 +5,7 @@ pub mod api_stub;
 pub mod dockerd;
 pub mod k8s_rules;
 pub mod pod_gen;
+pub mod python;
 pub mod schema;
 pub mod server;
+pub mod yaml_readers;

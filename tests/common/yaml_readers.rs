@@ -1,0 +1,70 @@
+//! YAML as Kubernetes tools read it (YAML 1.1: PyYAML, pure and over libyaml) and as YAML 1.2
+//! reads it (ruamel.yaml), compared exactly with the value it was meant to hold
+//! (`yaml_readers.py` beside this file).
+
+use std::path::Path;
+use std::process::Command;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::python::{INSTALL_HINT, venv_python};
+
+/// How many readers read each case.
+pub const READERS: usize = 3;
+
+/// One YAML document and the JSON value it must read back as.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReaderCase {
+    pub name: String,
+    pub yaml: String,
+    pub expected: Value,
+}
+
+/// Reads every case with every reader; returns one line per case and reader that did not
+/// read back exactly `expected` (an error, another type, another value, another key order).
+pub fn reader_disagreements(cases: &[ReaderCase]) -> Vec<String> {
+    let python = venv_python(&["yaml", "ruamel.yaml"]);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let input = dir.path().join("cases.json");
+    std::fs::write(&input, serde_json::to_vec(cases).expect("cases as JSON")).expect("write cases");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/yaml_readers.py");
+    let output = Command::new(&python)
+        .arg(&script)
+        .arg(&input)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", python.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{} failed ({}): {stdout}\n{}\n{INSTALL_HINT}",
+        script.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "{} printed no JSON report ({e}): {stdout}",
+            script.display()
+        )
+    });
+    assert_eq!(
+        report["checked"].as_u64(),
+        Some((cases.len() * READERS) as u64),
+        "not every case was read by every reader: {stdout}"
+    );
+    report["failures"]
+        .as_array()
+        .expect("failures")
+        .iter()
+        .map(|f| {
+            format!(
+                "{} [{}]: {}",
+                f["name"].as_str().unwrap_or(""),
+                f["reader"].as_str().unwrap_or(""),
+                f["problem"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
