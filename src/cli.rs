@@ -8,9 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::audit::FailOn;
 use crate::audit::report::Format;
-use crate::guard::Policy;
-use crate::guard::reap::parse_duration;
-use crate::guard::upstream::Address;
+use crate::dind::{Address, DEFAULT_MAX_EXITED, GuardCommand, Policy, parse_duration};
 use crate::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -202,39 +200,57 @@ pub struct AuditArgs {
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct GuardArgs {
     #[command(subcommand)]
-    pub command: Option<GuardCommand>,
+    pub command: Option<GuardSubcommand>,
     #[command(flatten)]
     pub run: GuardRunArgs,
 }
 
 #[derive(Debug, Subcommand)]
-pub enum GuardCommand {
+pub enum GuardSubcommand {
     /// Remove podmend-labelled containers whose owner pod no longer exists (or, with
     /// --older-than, stopped ones that stopped that long ago); one line per container.
     Reap(GuardReapArgs),
 }
 
-/// `podmend guard`: the proxy itself.
+/// `podmend guard`: the proxy itself. Its command line is the DinD contract's
+/// [`GuardCommand`], which the dind-rm rule writes: [`GuardRunArgs::command`] reads it back.
 #[derive(Debug, Args)]
 pub struct GuardRunArgs {
-    /// Where the guard listens for Docker clients: unix:///PATH or tcp://HOST:PORT.
+    /// Where the guard listens for Docker clients, written as DOCKER_HOST is
+    /// (unix:///PATH, tcp://HOST:PORT, HOST[:PORT]); repeat for more.
     #[arg(
         long,
-        default_value = "unix:///run/podmend/docker.sock",
-        env = "PODMEND_GUARD_LISTEN"
+        default_value = "unix:///podmend/guard/docker.sock",
+        env = "PODMEND_GUARD_LISTEN",
+        value_delimiter = ','
     )]
-    pub listen: Address,
+    pub listen: Vec<Address>,
+    /// Serve TLS on the TCP listeners, with a certificate tree the guard writes in this
+    /// directory as the docker:dind image writes its DOCKER_TLS_CERTDIR (ca, server and
+    /// client); clients present the certificate of its client directory.
+    #[arg(long, value_name = "DIR")]
+    pub tls_certdir: Option<PathBuf>,
+    /// Another name or IP address for that server certificate; repeat for more.
+    #[arg(long, value_name = "NAME", requires = "tls_certdir")]
+    pub tls_san: Vec<String>,
     #[command(flatten)]
     pub upstream: UpstreamArgs,
-    /// What happens to containers created without --rm: rm sets it, deny refuses them, reap
-    /// removes them when the pod ends, audit only counts them.
-    #[arg(long, value_enum, default_value = "rm", env = "PODMEND_GUARD_POLICY")]
+    /// What the guard does about the containers, networks and images the pod leaves behind.
+    #[arg(long, value_enum, default_value_t = Policy::default(), env = "PODMEND_GUARD_POLICY")]
     pub policy: Policy,
     /// UID of the pod the guard runs in (downward API metadata.uid); every container created
     /// through the guard is labelled podmend.io/owner-pod=<uid>.
     #[arg(long, required = true, env = "PODMEND_OWNER_POD_UID")]
     pub owner_pod_uid: Option<String>,
-    /// Address of a plain-HTTP port serving GET /metrics; none by default.
+    /// Policy collect: an exited container is removed once it has been exited this long
+    /// (90s, 5m, 1h).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub min_age: Duration,
+    /// Policy collect: how many exited containers a pod keeps; beyond, the oldest are removed.
+    #[arg(long, default_value_t = DEFAULT_MAX_EXITED)]
+    pub max_exited: u32,
+    /// Address of a plain-HTTP port serving GET /metrics, /healthz and /readyz; none by
+    /// default.
     #[arg(long, env = "PODMEND_GUARD_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
     /// Seconds the removal of the pod's containers may take after SIGTERM.
@@ -242,10 +258,30 @@ pub struct GuardRunArgs {
     pub shutdown_seconds: u64,
 }
 
+impl GuardRunArgs {
+    /// The command line as the DinD contract describes it.
+    pub fn command(&self) -> Result<GuardCommand, String> {
+        let upstream = self
+            .upstream
+            .upstream
+            .clone()
+            .ok_or_else(|| "--upstream is required".to_string())?;
+        let mut command = GuardCommand::new(self.listen.clone(), upstream, self.policy);
+        command.tls_certdir = self.tls_certdir.clone();
+        command.tls_san = self.tls_san.clone();
+        command.upstream_cert_path = self.upstream.cert_dir()?;
+        command.min_age = self.min_age;
+        command.max_exited = self.max_exited;
+        command.health_listen = self.metrics_listen;
+        Ok(command)
+    }
+}
+
 /// The Docker daemon the guard talks to.
 #[derive(Debug, Args)]
 pub struct UpstreamArgs {
-    /// The Docker daemon: unix:///PATH or tcp://HOST:PORT (what DOCKER_HOST was).
+    /// The Docker daemon, written as DOCKER_HOST is: unix:///PATH, tcp://HOST:PORT or
+    /// HOST[:PORT] (2375 when the port is left out).
     #[arg(long, required = true, env = "PODMEND_GUARD_UPSTREAM")]
     pub upstream: Option<Address>,
     /// Speak TLS to the daemon: verify it against ca.pem and present cert.pem and key.pem
@@ -256,6 +292,20 @@ pub struct UpstreamArgs {
     /// --tls-verify: ~/.docker, as the docker CLI).
     #[arg(long, env = "DOCKER_CERT_PATH")]
     pub cert_path: Option<PathBuf>,
+}
+
+impl UpstreamArgs {
+    /// The certificate directory when TLS is on: --cert-path, else ~/.docker as the docker
+    /// CLI has it.
+    pub fn cert_dir(&self) -> Result<Option<PathBuf>, String> {
+        match (self.tls_verify, &self.cert_path) {
+            (false, _) => Ok(None),
+            (true, Some(dir)) => Ok(Some(dir.clone())),
+            (true, None) => std::env::var_os("HOME")
+                .map(|home| Some(PathBuf::from(home).join(".docker")))
+                .ok_or_else(|| "--tls-verify needs --cert-path (or DOCKER_CERT_PATH)".to_string()),
+        }
+    }
 }
 
 /// `podmend guard reap`.

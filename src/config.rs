@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::dind::Policy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
@@ -118,38 +119,6 @@ impl Default for AgentRequestsConfig {
     }
 }
 
-/// What `podmend guard` does with a container created without `--rm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DindPolicy {
-    /// Sets `--rm` (AutoRemove); containers where that would break the client are reaped.
-    Rm,
-    /// Refuses the create with a message the docker CLI prints.
-    Deny,
-    /// Labels the container and removes it when the pod ends.
-    Reap,
-    /// Lets it pass and counts it.
-    Audit,
-}
-
-impl DindPolicy {
-    pub const ALL: [DindPolicy; 4] = [Self::Rm, Self::Deny, Self::Reap, Self::Audit];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DindPolicy::Rm => "rm",
-            DindPolicy::Deny => "deny",
-            DindPolicy::Reap => "reap",
-            DindPolicy::Audit => "audit",
-        }
-    }
-
-    /// The policy named `text` (as in config and the `podmend.io/dind-policy` annotation).
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|policy| policy.as_str() == text)
-    }
-}
-
 /// How the guard runs beside the pod's containers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -174,7 +143,7 @@ pub const DEFAULT_DAEMON_IMAGES: &[&str] = &["docker:*dind*", "*/docker:*dind*"]
 pub struct DindRmConfig {
     pub mode: Mode,
     pub templates: Mode,
-    pub policy: DindPolicy,
+    pub policy: Policy,
     pub guard_image: String,
     pub sidecar_mode: SidecarMode,
     /// Glob patterns (`*` only) on the image reference, digest ignored.
@@ -186,7 +155,7 @@ impl Default for DindRmConfig {
         Self {
             mode: Mode::Enforce,
             templates: Mode::Warn,
-            policy: DindPolicy::Rm,
+            policy: Policy::Rm,
             guard_image: DEFAULT_GUARD_IMAGE.to_string(),
             sidecar_mode: SidecarMode::Native,
             daemon_images: DEFAULT_DAEMON_IMAGES
@@ -507,7 +476,7 @@ mod tests {
         )
         .expect("parses");
         let dind = &config.rules.dind_rm;
-        assert_eq!(dind.policy, DindPolicy::Reap);
+        assert_eq!(dind.policy, Policy::Reap);
         assert_eq!(dind.sidecar_mode, SidecarMode::Container);
         assert_eq!(dind.daemon_images, vec!["registry.local/ci/dind:*"]);
         assert_eq!(dind.guard_image, DEFAULT_GUARD_IMAGE);
@@ -535,10 +504,10 @@ mod tests {
 
     #[test]
     fn dind_policies_round_trip_through_their_names() {
-        for policy in DindPolicy::ALL {
-            assert_eq!(DindPolicy::parse(policy.as_str()), Some(policy));
+        for policy in Policy::ALL {
+            assert_eq!(Policy::parse(policy.as_str()), Some(policy));
         }
-        assert_eq!(DindPolicy::parse("off"), None);
+        assert_eq!(Policy::parse("off"), None);
     }
 
     #[test]

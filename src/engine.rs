@@ -817,7 +817,7 @@ mod tests {
             .as_array()
             .expect("init containers");
         assert_eq!(init.len(), 2, "{patched:#}");
-        assert_eq!(init[0]["name"], crate::rules::dind_rm::GUARD_CONTAINER);
+        assert_eq!(init[0]["name"], crate::dind::GUARD_CONTAINER);
         assert!(init[0].get("futureField").is_none(), "{patched:#}");
         assert_eq!(init[1]["name"], "setup");
         assert_eq!(init[1]["futureField"], json!({"keep": 1}));

@@ -12,6 +12,8 @@
 //! - [`quantity`]: Kubernetes resource quantities, parsed exactly.
 //! - [`cluster`]: what rules may ask of the cluster (node taints, LimitRanges), and the
 //!   watched caches that answer it.
+//! - [`dind`]: the Docker-in-Docker contract between the `dind-rm` rule and the guard:
+//!   policies, paths, Docker addresses, the guard's command line.
 //! - [`guard`]: `podmend guard`, the Docker API proxy of DinD pods, and `guard reap`.
 //! - [`server`]: `podmend serve`: the HTTPS webhook, the metrics port, TLS reloading.
 //! - [`metrics`]: the Prometheus registry.
@@ -25,6 +27,7 @@ pub mod certs;
 pub mod cli;
 pub mod cluster;
 pub mod config;
+pub mod dind;
 pub mod engine;
 pub mod guard;
 pub mod metrics;

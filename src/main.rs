@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser;
-use podmend::cli::{Cli, Command, GuardCommand};
+use podmend::cli::{Cli, Command, GuardSubcommand};
 use podmend::config::{Config, DEFAULT_CONFIG_YAML};
 use podmend::guard::{self, GuardOptions};
 use podmend::server::{self, ServeOptions};
@@ -99,7 +99,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             let runtime =
                 tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
             match args.command {
-                Some(GuardCommand::Reap(reap)) => {
+                Some(GuardSubcommand::Reap(reap)) => {
                     let mut stdout = std::io::stdout().lock();
                     let report = runtime.block_on(guard::reap_command(&reap, &mut stdout))?;
                     Ok(if report.failed > 0 {
@@ -109,7 +109,12 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                     })
                 }
                 None => {
-                    let options = GuardOptions::from_args(&args.run)?;
+                    let command = args.run.command().map_err(anyhow::Error::msg)?;
+                    let options = GuardOptions::new(
+                        command,
+                        args.run.owner_pod_uid.as_deref().unwrap_or(""),
+                        Duration::from_secs(args.run.shutdown_seconds),
+                    )?;
                     runtime.block_on(guard::run(options, shutdown_signal()))?;
                     Ok(ExitCode::SUCCESS)
                 }

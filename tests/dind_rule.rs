@@ -10,8 +10,9 @@ use std::path::PathBuf;
 
 use podmend::cluster::StaticCluster;
 use podmend::config::{Config, Mode};
+use podmend::dind::GUARD_CONTAINER;
 use podmend::engine::{Engine, MUTATED_ANNOTATION, Operation, Outcome, Subject};
-use podmend::rules::dind_rm::{GUARD_CONTAINER, GUARD_DOCKER_HOST, SOCKET_DIR, SOCKET_VOLUME};
+use podmend::rules::dind_rm::{GUARD_DOCKER_HOST, SOCKET_DIR, SOCKET_VOLUME};
 use serde_json::{Value, json};
 
 fn fixture_path(name: &str) -> PathBuf {

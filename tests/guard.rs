@@ -1123,14 +1123,20 @@ fn the_guard_refuses_to_start_without_an_owner_pod_uid_or_with_a_bad_upstream() 
     );
     let out = run(
         Command::new(PODMEND)
-            .args(["guard", "--upstream", "docker:2375", "--owner-pod-uid", "u"])
+            .args([
+                "guard",
+                "--upstream",
+                "ssh://me@builder",
+                "--owner-pod-uid",
+                "u",
+            ])
             .env_remove("PODMEND_OWNER_POD_UID"),
         None,
         TIMEOUT,
     );
     assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("tcp://HOST:PORT"),
+        text(&out.stderr).contains("ssh:// is not supported"),
         "{}",
         text(&out.stderr)
     );

@@ -30,7 +30,8 @@ use common::server::create_review;
 use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
 use podmend::admission::{self, Decision, Webhook};
 use podmend::cluster::StaticCluster;
-use podmend::config::{Config, DindPolicy, Mode, SidecarMode};
+use podmend::config::{Config, Mode, SidecarMode};
+use podmend::dind::Policy;
 use podmend::engine::{Engine, MUTATED_ANNOTATION, Skip};
 use proptest::prelude::*;
 use proptest::sample::select;
@@ -204,7 +205,7 @@ fn added_errors<'a>(before: &[String], after: &'a [String]) -> Vec<&'a String> {
 #[derive(Clone, Debug)]
 struct Knobs {
     sidecar_mode: SidecarMode,
-    policy: DindPolicy,
+    policy: Policy,
     tolerate_node_taints: bool,
     limit_from_request: bool,
 }
@@ -212,7 +213,7 @@ struct Knobs {
 fn knobs() -> impl Strategy<Value = Knobs> {
     (
         select(vec![SidecarMode::Native, SidecarMode::Container]),
-        select(DindPolicy::ALL.to_vec()),
+        select(Policy::ALL.to_vec()),
         prop::bool::weighted(0.8),
         prop::bool::weighted(0.8),
     )

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, ReadBuf};
 
 const OWNER: &str = "0f7a1c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
-const POLICIES: [Policy; 4] = [Policy::Rm, Policy::Deny, Policy::Reap, Policy::Audit];
+const POLICIES: [Policy; 5] = Policy::ALL;
 
 /// A client that sends `data` at most `step` bytes per read, as a socket may.
 struct Pieces<'a> {
@@ -303,7 +303,7 @@ fn check_create(policy: Policy, body: &[u8], outcome: &Outcome) {
     let reaped = label(REAP_LABEL) == Some("true");
     match verdict.decision {
         Decision::Rm => assert!(auto_remove, "decision rm without AutoRemove"),
-        Decision::Reap | Decision::RestartPolicy | Decision::Compose => {
+        Decision::Collect | Decision::Reap | Decision::RestartPolicy | Decision::Compose => {
             assert!(
                 reaped,
                 "decision {} without the reap label",

@@ -21,18 +21,18 @@ pub mod upstream;
 
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::cli::{GuardReapArgs, GuardRunArgs, UpstreamArgs};
+use crate::cli::{GuardReapArgs, UpstreamArgs};
+use crate::dind::GuardCommand;
 use docker::DockerClient;
 use metrics::GuardMetrics;
 pub use policy::{Decision, OWNER_LABEL, Policy, REAP_LABEL};
 use proxy::Shared;
 pub use reap::{ReapMode, ReapReport};
-use upstream::{Address, AddressError, Listener, Upstream};
+use upstream::{AddressError, Listener, Upstream};
 
 /// Why the guard could not start (once running, it only logs).
 #[derive(Debug, thiserror::Error)]
@@ -54,36 +54,33 @@ pub enum GuardError {
 /// Everything `podmend guard` runs with.
 #[derive(Debug, Clone)]
 pub struct GuardOptions {
-    pub listen: Address,
-    pub upstream: Upstream,
-    pub policy: Policy,
+    /// What the rule wrote on the guard's command line.
+    pub command: GuardCommand,
     /// The UID of the pod the guard runs in: every container it creates is labelled with it.
     pub owner_pod_uid: String,
-    pub metrics_listen: Option<SocketAddr>,
     /// How long the shutdown clean-up may take.
     pub shutdown_timeout: Duration,
 }
 
 impl GuardOptions {
-    pub fn from_args(args: &GuardRunArgs) -> Result<Self, GuardError> {
-        let owner_pod_uid = args
-            .owner_pod_uid
-            .clone()
-            .filter(|uid| !uid.trim().is_empty())
-            .ok_or_else(|| {
-                GuardError::Usage(
-                    "podmend guard needs --owner-pod-uid (or PODMEND_OWNER_POD_UID, from the \
-                     downward API metadata.uid)"
-                        .to_string(),
-                )
-            })?;
+    /// The options of a guard in the pod `owner_pod_uid`, which must not be empty.
+    pub fn new(
+        command: GuardCommand,
+        owner_pod_uid: &str,
+        shutdown_timeout: Duration,
+    ) -> Result<Self, GuardError> {
+        let owner_pod_uid = owner_pod_uid.trim();
+        if owner_pod_uid.is_empty() {
+            return Err(GuardError::Usage(
+                "podmend guard needs --owner-pod-uid (or PODMEND_OWNER_POD_UID, from the \
+                 downward API metadata.uid)"
+                    .to_string(),
+            ));
+        }
         Ok(Self {
-            listen: args.listen.clone(),
-            upstream: upstream_from_args(&args.upstream)?,
-            policy: args.policy,
-            owner_pod_uid,
-            metrics_listen: args.metrics_listen,
-            shutdown_timeout: Duration::from_secs(args.shutdown_seconds),
+            command,
+            owner_pod_uid: owner_pod_uid.to_string(),
+            shutdown_timeout,
         })
     }
 }
@@ -93,19 +90,7 @@ fn upstream_from_args(args: &UpstreamArgs) -> Result<Upstream, GuardError> {
         .upstream
         .clone()
         .ok_or_else(|| GuardError::Usage("--upstream is required".to_string()))?;
-    // Like the docker CLI: without a certificate directory, `~/.docker`.
-    let tls_dir = match (args.tls_verify, &args.cert_path) {
-        (false, _) => None,
-        (true, Some(dir)) => Some(dir.clone()),
-        (true, None) => match std::env::var_os("HOME") {
-            Some(home) => Some(std::path::PathBuf::from(home).join(".docker")),
-            None => {
-                return Err(GuardError::Usage(
-                    "--tls-verify needs --cert-path (or DOCKER_CERT_PATH)".to_string(),
-                ));
-            }
-        },
-    };
+    let tls_dir = args.cert_dir().map_err(GuardError::Usage)?;
     Ok(Upstream::new(address, tls_dir.as_deref())?)
 }
 
@@ -115,15 +100,24 @@ pub async fn run(
     options: GuardOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), GuardError> {
-    let listener = Listener::bind(&options.listen)
-        .await
-        .map_err(|source| GuardError::Bind {
-            address: options.listen.to_string(),
-            source,
-        })?;
+    let command = &options.command;
+    let upstream = Upstream::new(
+        command.upstream.clone(),
+        command.upstream_cert_path.as_deref(),
+    )?;
+    let mut listeners = Vec::new();
+    for address in &command.listen {
+        let listener = Listener::bind(address)
+            .await
+            .map_err(|source| GuardError::Bind {
+                address: address.to_string(),
+                source,
+            })?;
+        listeners.push(listener);
+    }
     let guard_metrics = Arc::new(GuardMetrics::new());
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-    let metrics_server = match options.metrics_listen {
+    let metrics_server = match command.health_listen {
         None => None,
         Some(address) => {
             let metrics_listener =
@@ -145,45 +139,40 @@ pub async fn run(
         }
     };
     let shared = Arc::new(Shared {
-        upstream: options.upstream.clone(),
-        policy: options.policy,
+        upstream: upstream.clone(),
+        policy: command.policy,
         owner_pod_uid: options.owner_pod_uid.clone(),
         metrics: Arc::clone(&guard_metrics),
         shutting_down: AtomicBool::new(false),
     });
+    let listening: Vec<String> = listeners.iter().map(Listener::local_address).collect();
     tracing::info!(
-        listen = %listener.local_address(),
-        upstream = %options.upstream,
-        policy = %options.policy,
+        listen = %listening.join(", "),
+        upstream = %upstream,
+        policy = %command.policy,
         owner_pod_uid = %options.owner_pod_uid,
         "podmend guard ready"
     );
 
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(stream) => {
-                    tokio::spawn(proxy::serve_connection(stream, Arc::clone(&shared)));
-                }
-                Err(error) => {
-                    // Out of file descriptors and the like: wait instead of spinning.
-                    tracing::warn!(%error, "cannot accept a connection");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            },
-        }
+    let listeners: Vec<Arc<Listener>> = listeners.into_iter().map(Arc::new).collect();
+    let accepting: Vec<_> = listeners
+        .iter()
+        .map(|listener| tokio::spawn(accept_loop(Arc::clone(listener), Arc::clone(&shared))))
+        .collect();
+    shutdown.await;
+    for task in &accepting {
+        task.abort();
     }
-
-    listener.remove_socket();
-    drop(listener);
+    for listener in &listeners {
+        listener.remove_socket();
+    }
+    drop(listeners);
     shared.shutting_down.store(true, Ordering::Release);
     tracing::info!(
         timeout_seconds = options.shutdown_timeout.as_secs(),
         "shutting down: removing this pod's containers"
     );
-    let client = DockerClient::new(options.upstream.clone());
+    let client = DockerClient::new(upstream);
     let cleanup = reap::remove_pod_containers(&client, &options.owner_pod_uid, &guard_metrics);
     match tokio::time::timeout(options.shutdown_timeout, cleanup).await {
         Ok(Ok(removed)) => tracing::info!(removed, "removed this pod's containers"),
@@ -198,6 +187,22 @@ pub async fn run(
         let _ = server.await;
     }
     Ok(())
+}
+
+/// Accepts clients on one listener until aborted; each connection is relayed on its own task.
+async fn accept_loop(listener: Arc<Listener>, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                tokio::spawn(proxy::serve_connection(stream, Arc::clone(&shared)));
+            }
+            Err(error) => {
+                // Out of file descriptors and the like: wait instead of spinning.
+                tracing::warn!(%error, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
 }
 
 /// `podmend guard reap`: removes (or lists, with `--dry-run`) orphaned podmend containers,

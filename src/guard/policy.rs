@@ -6,8 +6,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-/// Every container created through the guard carries `podmend.io/owner-pod=<pod uid>`.
-pub const OWNER_LABEL: &str = "podmend.io/owner-pod";
+pub use crate::dind::{OWNER_LABEL, Policy};
 /// Containers the guard could not make `--rm` are labelled `podmend.io/reap=true`.
 pub const REAP_LABEL: &str = "podmend.io/reap";
 /// `docker compose` labels its containers with their project.
@@ -18,38 +17,6 @@ pub const MAX_CREATE_BODY: usize = 1 << 20;
 /// What `deny` answers, and the docker CLI prints.
 pub const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on this CI runner (docker run --rm ...); ask the cluster admin to set the pod annotation podmend.io/dind-policy to reap or audit to allow it";
 
-/// What the guard does with containers created without `--rm`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Policy {
-    /// Set HostConfig.AutoRemove, as docker run --rm does; containers with a restart policy
-    /// or from docker compose are labelled and reaped at shutdown instead.
-    #[default]
-    Rm,
-    /// Refuse the create with 403 and a message the docker CLI prints.
-    Deny,
-    /// Label the container; it is removed when the guard shuts down.
-    Reap,
-    /// Pass it on unchanged (but for the owner label) and count it.
-    Audit,
-}
-
-impl Policy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Policy::Rm => "rm",
-            Policy::Deny => "deny",
-            Policy::Reap => "reap",
-            Policy::Audit => "audit",
-        }
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// What became of one container create; the `decision` label of the creates metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Decision {
@@ -57,6 +24,8 @@ pub enum Decision {
     Rm,
     /// Refused.
     Deny,
+    /// Labelled; removed once exited long enough, or beyond the count kept (policy `collect`).
+    Collect,
     /// Labelled for reaping (policy `reap`).
     Reap,
     /// Passed on without `--rm` (policy `audit`).
@@ -68,8 +37,9 @@ pub enum Decision {
 }
 
 impl Decision {
-    pub const ALL: [Decision; 6] = [
+    pub const ALL: [Decision; 7] = [
         Decision::Rm,
+        Decision::Collect,
         Decision::Deny,
         Decision::Reap,
         Decision::Audit,
@@ -80,6 +50,7 @@ impl Decision {
     pub fn as_str(self) -> &'static str {
         match self {
             Decision::Rm => "rm",
+            Decision::Collect => "collect",
             Decision::Deny => "deny",
             Decision::Reap => "reap",
             Decision::Audit => "audit",
@@ -376,6 +347,7 @@ fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<CreateVerdi
     let (decision, set_auto_remove, reap) = match (policy, auto_remove, exception) {
         (_, true, _) => (Decision::Rm, false, false),
         (Policy::Audit, false, _) => (Decision::Audit, false, false),
+        (Policy::Collect, false, _) => (Decision::Collect, false, true),
         (Policy::Reap, false, _) => (Decision::Reap, false, true),
         (Policy::Rm | Policy::Deny, false, Some(exception)) => (exception, false, true),
         (Policy::Rm, false, None) => (Decision::Rm, true, false),

@@ -199,38 +199,6 @@ async fn pod_uids(kubeconfig: Option<&std::path::Path>) -> Result<HashSet<String
     Ok(uids)
 }
 
-/// `90s`, `30m`, `2h`, `1d`, `1h30m`: a duration for `--older-than`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("invalid duration {text:?}: expected e.g. 30m, 2h, 1h30m, 7d");
-    let mut total: u64 = 0;
-    let mut number = String::new();
-    let mut any = false;
-    for c in text.trim().chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
-        }
-        let unit = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            _ => return Err(invalid()),
-        };
-        let value: u64 = number.parse().map_err(|_| invalid())?;
-        total = value
-            .checked_mul(unit)
-            .and_then(|v| total.checked_add(v))
-            .ok_or_else(invalid)?;
-        number.clear();
-        any = true;
-    }
-    if !number.is_empty() || !any {
-        return Err(invalid());
-    }
-    Ok(Duration::from_secs(total))
-}
-
 /// `2h5m`, `40s`: short, for report lines.
 fn format_duration(duration: Duration) -> String {
     let secs = duration.as_secs();
@@ -250,18 +218,6 @@ fn format_duration(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_in_go_style_units() {
-        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
-        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
-        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(604_800));
-        assert_eq!(parse_duration("0s").unwrap(), Duration::ZERO);
-        for bad in ["", "30", "m", "1x", "-1h", "1.5h", "99999999999999999999d"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn durations_print_short() {

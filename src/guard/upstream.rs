@@ -1,5 +1,5 @@
-//! Where the guard listens and where the Docker daemon is: `unix://PATH` and `tcp://HOST:PORT`
-//! addresses, and connections to the daemon, optionally over TLS with a client certificate
+//! Where the guard listens and where the Docker daemon is ([`Address`], read as the docker CLI
+//! reads `DOCKER_HOST`), and connections to the daemon, optionally over TLS with a client certificate
 //! from a `DOCKER_CERT_PATH`-style directory (`ca.pem`, `cert.pem`, `key.pem`).
 
 use std::fmt;
@@ -7,7 +7,6 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +18,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio_rustls::TlsConnector;
 
+pub use crate::dind::Address;
+
 /// How long connecting to the daemon may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -29,18 +30,11 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 /// A boxed [`Stream`].
 pub type BoxStream = Pin<Box<dyn Stream>>;
 
-/// A `unix://PATH` or `tcp://HOST:PORT` address.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Address {
-    Unix(PathBuf),
-    Tcp { host: String, port: u16 },
-}
-
 /// Why an address or the TLS material is unusable.
 #[derive(Debug, thiserror::Error)]
 pub enum AddressError {
-    #[error("invalid address {0:?}: expected unix:///path/to/docker.sock or tcp://HOST:PORT")]
-    Invalid(String),
+    #[error("{0:?} is not a host name a TLS certificate can be checked against")]
+    ServerName(String),
     #[error("cannot read {path}: {source}", path = .path.display())]
     Read {
         path: PathBuf,
@@ -57,45 +51,6 @@ pub enum AddressError {
     },
     #[error("--tls-verify needs a tcp:// upstream, not {0}")]
     TlsOverUnix(String),
-}
-
-impl FromStr for Address {
-    type Err = AddressError;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let invalid = || AddressError::Invalid(text.to_string());
-        if let Some(path) = text.strip_prefix("unix://") {
-            if path.is_empty() || !path.starts_with('/') {
-                return Err(invalid());
-            }
-            return Ok(Address::Unix(PathBuf::from(path)));
-        }
-        let rest = text.strip_prefix("tcp://").ok_or_else(invalid)?;
-        let rest = rest.strip_suffix('/').unwrap_or(rest);
-        let (host, port) = rest.rsplit_once(':').ok_or_else(invalid)?;
-        let host = host
-            .strip_prefix('[')
-            .and_then(|h| h.strip_suffix(']'))
-            .unwrap_or(host);
-        let port: u16 = port.parse().map_err(|_| invalid())?;
-        if host.is_empty() || host.contains(['/', '@', '?']) {
-            return Err(invalid());
-        }
-        Ok(Address::Tcp {
-            host: host.to_string(),
-            port,
-        })
-    }
-}
-
-impl fmt::Display for Address {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Address::Unix(path) => write!(f, "unix://{}", path.display()),
-            Address::Tcp { host, port } if host.contains(':') => write!(f, "tcp://[{host}]:{port}"),
-            Address::Tcp { host, port } => write!(f, "tcp://{host}:{port}"),
-        }
-    }
 }
 
 /// The Docker daemon the guard forwards to.
@@ -128,7 +83,7 @@ impl Upstream {
                 let name = match host.parse::<IpAddr>() {
                     Ok(ip) => ServerName::IpAddress(ip.into()),
                     Err(_) => ServerName::try_from(host.clone())
-                        .map_err(|_| AddressError::Invalid(address.to_string()))?,
+                        .map_err(|_| AddressError::ServerName(host.clone()))?,
                 };
                 Some((TlsConnector::from(Arc::new(config)), name))
             }
@@ -320,53 +275,6 @@ impl Listener {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn addresses_parse_and_print() {
-        let cases = [
-            (
-                "unix:///var/run/docker.sock",
-                Address::Unix("/var/run/docker.sock".into()),
-            ),
-            (
-                "tcp://docker:2375",
-                Address::Tcp {
-                    host: "docker".into(),
-                    port: 2375,
-                },
-            ),
-            (
-                "tcp://127.0.0.1:2376/",
-                Address::Tcp {
-                    host: "127.0.0.1".into(),
-                    port: 2376,
-                },
-            ),
-            (
-                "tcp://[::1]:2375",
-                Address::Tcp {
-                    host: "::1".into(),
-                    port: 2375,
-                },
-            ),
-        ];
-        for (text, expected) in cases {
-            let parsed: Address = text.parse().unwrap();
-            assert_eq!(parsed, expected);
-            assert_eq!(parsed.to_string(), text.trim_end_matches('/'));
-        }
-        for bad in [
-            "",
-            "docker:2375",
-            "unix://relative",
-            "tcp://docker",
-            "tcp://:2375",
-            "http://docker:2375",
-            "tcp://docker:http",
-        ] {
-            assert!(bad.parse::<Address>().is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn tls_needs_tcp_and_readable_pem_files() {

@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use super::agent_requests::{format_quantity, is_byte_resource, limit_range_floor};
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
-use crate::config::{DindPolicy, DindRmConfig, SidecarMode};
+use crate::config::{DindRmConfig, SidecarMode};
+use crate::dind::{GUARD_CONTAINER, HOST_DOCKER_SOCKETS, OWNER_UID_ENV, POLICY_ANNOTATION, Policy};
 use crate::quantity::{self, Milli};
 
 /// The rule's id, summary and help (see [`RuleInfo`]).
@@ -30,18 +31,12 @@ pub const INFO: RuleInfo = RuleInfo {
 /// The rule's id.
 pub const ID: &str = INFO.id;
 
-/// Per pod: `off`, or a policy (`rm`, `deny`, `reap`, `audit`) that replaces the config's.
-pub const POLICY_ANNOTATION: &str = "podmend.io/dind-policy";
-/// The injected guard; its presence means the pod is done (idempotence).
-pub const GUARD_CONTAINER: &str = "podmend-guard";
 /// The emptyDir that carries the guard's socket to the clients.
 pub const SOCKET_VOLUME: &str = "podmend-docker";
 /// Where the clients and the guard mount [`SOCKET_VOLUME`].
 pub const SOCKET_DIR: &str = "/run/podmend";
 /// What every client's `DOCKER_HOST` becomes.
 pub const GUARD_DOCKER_HOST: &str = "unix:///run/podmend/docker.sock";
-/// Host paths of the node's Docker socket.
-pub const HOST_DOCKER_SOCKETS: &[&str] = &["/var/run/docker.sock", "/run/docker.sock"];
 
 /// The command that marks a container as a Docker daemon, whatever its image.
 const DAEMON_COMMANDS: &[&str] = &["dockerd", "dockerd-entrypoint.sh"];
@@ -51,7 +46,6 @@ const DEFAULT_SOCKETS: &[&str] = &["/var/run/docker.sock", "/run/docker.sock"];
 const DOCKER_HOST: &str = "DOCKER_HOST";
 const DOCKER_TLS_VERIFY: &str = "DOCKER_TLS_VERIFY";
 const DOCKER_CERT_PATH: &str = "DOCKER_CERT_PATH";
-const OWNER_UID_ENV: &str = "PODMEND_OWNER_POD_UID";
 const MAX_MESSAGE: usize = 120;
 
 pub struct DindRm {
@@ -91,7 +85,7 @@ impl DindRm {
 
     /// The policy for this pod: `None` when the annotation turns the rule off; a note when the
     /// annotation holds a value podmend does not know.
-    fn policy(&self, meta: &PodMeta) -> Option<(DindPolicy, Option<String>)> {
+    fn policy(&self, meta: &PodMeta) -> Option<(Policy, Option<String>)> {
         let Some(value) = meta.annotations.get(POLICY_ANNOTATION) else {
             return Some((self.config.policy, None));
         };
@@ -99,12 +93,13 @@ impl DindRm {
         if value == "off" {
             return None;
         }
-        Some(match DindPolicy::parse(&value) {
+        Some(match Policy::parse(&value) {
             Some(policy) => (policy, None),
             None => (
                 self.config.policy,
                 Some(truncate(format!(
-                    "{POLICY_ANNOTATION} {value:?} is not rm, deny, reap, audit or off: using policy {}",
+                    "{POLICY_ANNOTATION} {value:?} is not {} or off: using policy {}",
+                    Policy::names(),
                     self.config.policy.as_str()
                 ))),
             ),
@@ -329,7 +324,7 @@ impl DindRm {
     /// request and the API would reject the pod.
     fn guard(
         &self,
-        policy: DindPolicy,
+        policy: Policy,
         upstream: &Upstream,
         resources: Option<ResourceRequirements>,
     ) -> Container {
@@ -1331,7 +1326,7 @@ mod tests {
     #[test]
     fn the_policy_comes_from_the_config_or_the_pod_annotation() {
         let reap = DindRmConfig {
-            policy: DindPolicy::Reap,
+            policy: Policy::Reap,
             ..DindRmConfig::default()
         };
         type Annotations<'a> = &'a [(&'a str, &'a str)];
@@ -1342,7 +1337,7 @@ mod tests {
             (
                 &[(POLICY_ANNOTATION, "strict")],
                 "reap",
-                Some("\"strict\" is not rm, deny, reap, audit or off: using policy reap"),
+                Some("\"strict\" is not collect, rm, deny, reap, audit or off: using policy reap"),
             ),
         ];
         for (annotations, expected, note) in cases {
