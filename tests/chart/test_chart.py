@@ -331,6 +331,9 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
             assert "'kubernetes.io/config.mirror' in object.metadata.annotations" in mirror
             assert mirror.startswith("object == null ||"), "guard for DELETE, where object is null"
             assert "!has(object.metadata.annotations)" in mirror
+            # An explicit null is guarded too (tests/chart/test_match_conditions.py evaluates it).
+            assert "object.metadata.annotations == null" in mirror
+            assert "object.metadata.annotations == null" in conditions["not-skipped"]
             skip = conditions["not-skipped"]
             assert "'podmend.io/skip'" in skip and "'all'" in skip and skip.startswith("object == null ||")
             # Only the status webhook filters by phase; it only ever sees UPDATE, where
@@ -338,7 +341,8 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
             pending = conditions.get("pending-pods-only")
             if status_webhook:
                 assert pending == (
-                    "has(object.status) && has(object.status.phase) && object.status.phase == 'Pending'"
+                    "object != null && has(object.status) && has(object.status.phase) && "
+                    "object.status.phase == 'Pending'"
                 ), pending
             else:
                 assert pending is None, f"{case}: {webhook['name']} filters by phase"
