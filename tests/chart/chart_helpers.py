@@ -103,6 +103,11 @@ def mode(value: Any) -> str:
     return "off" if value is False else value
 
 
+def is_test_hook(doc: dict[str, Any]) -> bool:
+    """Whether `doc` exists only during `helm test`."""
+    return (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
+
+
 def one_container(deployment: dict[str, Any]) -> dict[str, Any]:
     containers = deployment["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
@@ -219,6 +224,23 @@ def cases() -> dict[str, dict[str, Any]]:
             "tls": {"mode": "certManager", "clientCA": {"configMapName": "apiserver-client-ca", "key": "client-ca.pem"}}
         },
         "no-rbac": {"rbac": {"create": False}},
+        "node-affinity-deny": {"rules": {"nodeAffinity": {"mode": "deny"}}},
+        # Every TLS mode with tls.clientCA (self: client-ca-secret; certManager:
+        # client-ca-configmap-certManager): `helm test` goes through the API server.
+        "tls-secret-client-ca": {
+            "tls": {"mode": "secret", "secret": {"name": "podmend-serving", "caBundle": "CA_BUNDLE"},
+                    "clientCA": {"secretName": "apiserver-client-ca"}}
+        },
+        "client-ca-opt-in-namespaces": {
+            "tls": {"clientCA": {"secretName": "apiserver-client-ca"}},
+            "rules": {"nodeAffinity": {"mode": "warn"}},
+            "webhook": {
+                "namespaceSelector": {"matchLabels": {"podmend.io/enabled": "true"}},
+                "objectSelector": {"matchLabels": {"podmend.io/opt-in": "yes"}},
+            },
+            "tests": {"namespace": "ci"},
+        },
+        "client-ca-no-rbac": {"tls": {"clientCA": {"configMapName": "apiserver-client-ca"}}, "rbac": {"create": False}},
     }
 
 

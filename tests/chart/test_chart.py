@@ -35,6 +35,7 @@ from chart_helpers import (
     by_kind,
     chart,
     effective,
+    is_test_hook,
     mode,
     one,
     one_container,
@@ -411,23 +412,26 @@ def test_the_deployment_is_hardened_and_highly_available(rendered):
     assert flag("--cache-stale-seconds") == str(values["cacheStaleSeconds"])
     assert values["shutdownDelaySeconds"] + values["shutdownSeconds"] < pod["terminationGracePeriodSeconds"]
 
-    # the ServiceAccount the pods run as is the one RBAC binds
+    # the ServiceAccount the pods run as is the one RBAC binds (the `helm test` hooks have
+    # their own, checked in test_helm_test.py)
+    installed = [d for d in docs if not is_test_hook(d)]
     account = pod["serviceAccountName"]
-    accounts = [d["metadata"]["name"] for d in by_kind(docs, "ServiceAccount")]
+    accounts = [d["metadata"]["name"] for d in by_kind(installed, "ServiceAccount")]
     assert accounts == ([account] if values["serviceAccount"]["create"] else [])
-    for binding in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding"):
+    for binding in by_kind(installed, "ClusterRoleBinding") + by_kind(installed, "RoleBinding"):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
-    roles = by_kind(docs, "ClusterRole")
+    roles = by_kind(installed, "ClusterRole")
     if values["rbac"]["create"]:
         read = roles[0]["rules"][0]
         assert read == {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["get", "list", "watch"]}
     else:
-        assert not roles and not by_kind(docs, "Role")
+        assert not roles and not by_kind(docs, "Role") and not by_kind(docs, "ClusterRole")
 
 
 def test_tls_mode_wiring(rendered):
     case, values, docs, name, namespace = rendered
     tls = values["tls"]
+    installed = [d for d in docs if not is_test_hook(d)]  # the TLS RBAC, not `helm test`'s
     deployment = one(docs, "Deployment")
     container = one_container(deployment)
     args = container["args"]
@@ -465,7 +469,7 @@ def test_tls_mode_wiring(rendered):
             assert "cert-manager.io/inject-ca-from" not in config["metadata"].get("annotations", {})
         assert not certificates and not by_kind(docs, "Issuer")
         if values["rbac"]["create"]:
-            role = one(docs, "Role")
+            role = one(installed, "Role")
             assert role["metadata"]["namespace"] == namespace
             scoped = [r for r in role["rules"] if "resourceNames" in r]
             assert scoped == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name], "verbs": ["get", "update", "patch"]}]
@@ -480,7 +484,7 @@ def test_tls_mode_wiring(rendered):
         assert test_volumes["tls"]["secret"]["secretName"] == secret_name
     else:
         assert not self_flags
-        assert not by_kind(docs, "Role")
+        assert not by_kind(installed, "Role")
         if values["rbac"]["create"]:
             cluster_rules = one(docs, "ClusterRole")["rules"]
             assert all(r["apiGroups"] == [""] for r in cluster_rules), "no webhook configuration access without self mode"
@@ -550,7 +554,7 @@ def test_optional_monitoring_objects(rendered):
 
 
 def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
-    _, _, docs, name, namespace = rendered
+    _, values, docs, name, namespace = rendered
     cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     for doc in docs:
         labels = doc["metadata"]["labels"]
@@ -558,6 +562,9 @@ def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         if doc["kind"] in cluster_scoped:
             assert "namespace" not in doc["metadata"]
+        elif is_test_hook(doc) and doc["kind"] in ("Role", "RoleBinding"):
+            # `helm test` with tls.clientCA may create Pods (dry run) in tests.namespace only.
+            assert doc["metadata"]["namespace"] == values["tests"]["namespace"], doc["__template"]
         else:
             assert doc["metadata"]["namespace"] == namespace, doc["__template"]
     names = [(d["kind"], d["metadata"]["name"]) for d in docs]
