@@ -603,6 +603,7 @@ def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
         pytest.param({"securityContext": {"runAsUsr": 1}}, ["/securityContext", "runAsUsr"], id="security-context-typo"),
         pytest.param({"tls": {"clientCA": {"secretName": "Client_CA"}}}, ["/tls/clientCA/secretName"], id="client-ca-secret-name"),
         pytest.param({"tls": {"clientCA": {"key": "ca/crt"}}}, ["/tls/clientCA/key"], id="client-ca-key"),
+        pytest.param({"tests": {"namespace": "CI_Jobs"}}, ["/tests/namespace"], id="tests-namespace"),
     ],
 )
 def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
@@ -625,6 +626,10 @@ def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
                      "tls.clientCA: set secretName or configMapName, not both", id="client-ca-from-both"),
         pytest.param({"tls": {"self": {"validityDays": 30, "renewBeforeDays": 30}}},
                      "tls.self.renewBeforeDays (30) must be below tls.self.validityDays (30)", id="renew-before-validity"),
+        pytest.param({"tls": {"clientCA": {"secretName": "a"}}, "tests": {"namespace": "kube-system"}},
+                     "tests.namespace kube-system is never sent to the webhook", id="client-ca-test-namespace-excluded"),
+        pytest.param({"tls": {"clientCA": {"secretName": "a"}}, "webhook": {"skipNamespaces": ["default"]}},
+                     "tests.namespace default is never sent to the webhook", id="client-ca-test-namespace-skipped"),
     ],
 )
 def test_impossible_combinations_fail_the_render(values, expected):
