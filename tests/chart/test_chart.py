@@ -16,12 +16,9 @@ The podmend binary comes from $PODMEND_BIN, else target/debug/podmend (built if 
 from __future__ import annotations
 
 import base64
-import copy
 import json
-import os
 import re
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -30,12 +27,28 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
+from chart_helpers import (
+    CASES,
+    CHART_DIR,
+    NAMESPACE,
+    REPO,
+    by_kind,
+    chart,
+    effective,
+    is_test_hook,
+    mode,
+    one,
+    one_container,
+    podmend_bin,
+    release_of,
+    render,
+    render_raw,
+    route_constants,
+    strip,
+    values_of,
+)
 from kubernetes_validate.utils import SchemaNotFoundError
 
-REPO = Path(__file__).resolve().parents[2]
-CHART_DIR = REPO / "charts" / "podmend"
-RELEASE = "podmend"
-NAMESPACE = "podmend-system"
 # The newest schemas kubernetes-validate carries, and the chart's kubeVersion floor.
 KUBERNETES_VERSIONS = ("1.37.0", "1.29.0")
 # Custom resources: kubernetes-validate has no schema for them. Only these may be skipped.
@@ -58,84 +71,6 @@ WORKLOAD_RULES = {
 # helpers
 
 
-@lru_cache(maxsize=1)
-def route_constants() -> dict[str, str]:
-    """The route constants of src/server/paths.rs, e.g. {"MUTATE": "/mutate"}."""
-    text = (REPO / "src" / "server" / "paths.rs").read_text()
-    constants = dict(re.findall(r'pub const (\w+): &str = "([^"]*)";', text))
-    for name in ("MUTATE", "VALIDATE", "HEALTHZ", "READYZ", "METRICS"):
-        assert name in constants, f"src/server/paths.rs has no `pub const {name}: &str`"
-    return constants
-
-
-@lru_cache(maxsize=1)
-def podmend_bin() -> Path:
-    """The podmend binary: $PODMEND_BIN, else target/debug/podmend, built when missing."""
-    if os.environ.get("PODMEND_BIN"):
-        path = Path(os.environ["PODMEND_BIN"])
-        assert path.is_file(), f"PODMEND_BIN={path} does not exist"
-        return path
-    path = REPO / "target" / "debug" / "podmend"
-    if not path.is_file():
-        subprocess.run(["cargo", "build", "--locked", "--bin", "podmend"], cwd=REPO, check=True)
-    return path
-
-
-@lru_cache(maxsize=1)
-def chart() -> helm.Chart:
-    return helm.Chart.load(str(CHART_DIR))
-
-
-def render_raw(values: dict[str, Any], name: str = RELEASE, namespace: str = NAMESPACE) -> dict[str, str]:
-    return chart().render(copy.deepcopy(values), name=name, namespace=namespace)
-
-
-def render(values: dict[str, Any], name: str = RELEASE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-    """Every object the chart renders (tests hooks included), NOTES.txt left out."""
-    docs = []
-    for template, text in sorted(render_raw(values, name, namespace).items()):
-        if template.endswith("NOTES.txt"):
-            continue
-        for doc in yaml.safe_load_all(text):
-            if doc is not None:
-                doc["__template"] = template
-                docs.append(doc)
-    return docs
-
-
-def strip(doc: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in doc.items() if k != "__template"}
-
-
-def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = by_kind(docs, kind)
-    assert len(found) == 1, f"expected one {kind}, got {[d['metadata']['name'] for d in found]}"
-    return found[0]
-
-
-def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def effective(values: dict[str, Any]) -> dict[str, Any]:
-    """The values a release uses: chart defaults with `values` on top."""
-    return deep_merge(chart().values, values)
-
-
-def mode(value: Any) -> str:
-    return "off" if value is False else value
-
-
 def schema_error(values: dict[str, Any]) -> str:
     """The message values.schema.json refuses `values` with (fails if it accepts them)."""
     with pytest.raises(helm.HelmValuesError) as schema_refusal:
@@ -145,138 +80,6 @@ def schema_error(values: dict[str, Any]) -> str:
     for line in str(schema_refusal.value).splitlines():
         assert line in str(render_refusal.value), "install refuses what validate_schema refuses"
     return str(schema_refusal.value)
-
-
-@lru_cache(maxsize=1)
-def dev_ca_bundle() -> str:
-    """Base64 of a real CA certificate, from `podmend certs`."""
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run(
-            [str(podmend_bin()), "certs", "--dns", f"{RELEASE}.{NAMESPACE}.svc", "--out", out],
-            check=True,
-            capture_output=True,
-        )
-        return base64.b64encode((Path(out) / "ca.crt").read_bytes()).decode()
-
-
-# ---------------------------------------------------------------------------------------
-# the matrix
-
-
-def cases() -> dict[str, dict[str, Any]]:
-    return {
-        "defaults": {},
-        "tls-certManager": {"tls": {"mode": "certManager"}},
-        "tls-certManager-existing-issuer": {
-            "tls": {"mode": "certManager", "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}
-        },
-        "tls-secret": {"tls": {"mode": "secret", "secret": {"name": "podmend-serving", "caBundle": "CA_BUNDLE"}}},
-        "replicas-1": {"replicaCount": 1},
-        "replicas-1-fail-with-pdb": {"replicaCount": 1, "webhook": {"failurePolicy": "Fail"}},
-        "fail-timeout-30": {"webhook": {"failurePolicy": "Fail", "timeoutSeconds": 30}},
-        "timeout-1-no-pdb-no-spread": {
-            "webhook": {"timeoutSeconds": 1},
-            "podDisruptionBudget": {"enabled": False},
-            "topologySpread": {"enabled": False},
-        },
-        "node-affinity-off": {"rules": {"nodeAffinity": {"mode": "off"}}},
-        "node-affinity-warn": {"rules": {"nodeAffinity": {"mode": "warn", "templates": "deny"}}},
-        "agent-requests-off": {"rules": {"agentRequests": {"mode": "off"}}},
-        "dind-rm-off": {"rules": {"dindRm": {"mode": "off"}}},
-        "every-rule-off": {
-            "rules": {
-                "nodeAffinity": {"mode": "off"},
-                "agentRequests": {"mode": "off"},
-                "dindRm": {"mode": "off"},
-            }
-        },
-        "every-template-off-yaml-false": {
-            # unquoted YAML `off` arrives as false
-            "rules": {
-                "nodeAffinity": {"templates": False},
-                "agentRequests": {"templates": False},
-                "dindRm": {"templates": False},
-            }
-        },
-        "templates-enforce": {"rules": {"agentRequests": {"templates": "enforce"}}},
-        "virtual-node-phase-on": {"rules": {"virtualNodePhase": {"mode": "enforce"}}},
-        # The status webhook stays fail-open and gets the caBundle like the others.
-        "virtual-node-phase-fail-tls-secret": {
-            "rules": {"virtualNodePhase": {"mode": "enforce"}},
-            "webhook": {"failurePolicy": "Fail"},
-            "tls": {"mode": "secret", "secret": {"name": "podmend-serving", "caBundle": "CA_BUNDLE"}},
-        },
-        "virtual-node-phase-warn-custom-nodes": {
-            "rules": {"virtualNodePhase": {"mode": "warn", "nodeSelector": {"kubernetes.azure.com/role": "agent", "type": "virtual-kubelet"}}}
-        },
-        "rules-customised": {
-            "rules": {
-                "nodeAffinity": {"tolerateNodeTaints": False, "ignoreTaints": []},
-                "agentRequests": {
-                    "presets": ["jenkins-agent"],
-                    "selectors": [
-                        {"matchLabels": {"app": "ci-agent"}},
-                        {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["agent"]}]},
-                    ],
-                    "resources": ["cpu", "memory", "ephemeral-storage"],
-                    "limitFromRequest": False,
-                },
-                "dindRm": {"policy": "deny", "sidecarMode": "container", "guardImage": "registry.example/podmend:1"},
-            }
-        },
-        "namespace-selector-extras": {
-            "webhook": {
-                "skipNamespaces": ["ci-system", "kube-system"],
-                "namespaceSelector": {
-                    "matchLabels": {"podmend.io/enabled": "true"},
-                    "matchExpressions": [{"key": "env", "operator": "In", "values": ["dev", "ci"]}],
-                },
-                "objectSelector": {"matchExpressions": [{"key": "podmend.io/opt-out", "operator": "DoesNotExist"}]},
-                "annotations": {"example.com/owner": "platform"},
-            }
-        },
-        "monitoring": {"metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}, "dashboard": {"enabled": True}}},
-        "pod-placement-and-image": {
-            "image": {"digest": "sha256:" + "ab" * 32},
-            "imagePullSecrets": [{"name": "regcred"}],
-            "priorityClassName": "system-cluster-critical",
-            "nodeSelector": {"kubernetes.io/os": "linux"},
-            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
-            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}]}}},
-            "podAnnotations": {"sidecar.istio.io/inject": "false"},
-            "podLabels": {"team": "platform"},
-            "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/x"}},
-            "podDisruptionBudget": {"minAvailable": "50%"},
-            "logFormat": "text",
-            "logLevel": "info,podmend=debug",
-        },
-        "existing-service-account": {"serviceAccount": {"create": False, "name": "podmend-sa"}},
-        "client-ca-secret": {"tls": {"clientCA": {"secretName": "apiserver-client-ca"}}},
-        "client-ca-configmap-certManager": {
-            "tls": {"mode": "certManager", "clientCA": {"configMapName": "apiserver-client-ca", "key": "client-ca.pem"}}
-        },
-        "no-rbac": {"rbac": {"create": False}},
-    }
-
-
-CASES = cases()
-# Release name and namespace per case, to catch names hard-coded in templates.
-RELEASES = {
-    "namespace-selector-extras": ("ops-podmend", "ops"),
-    "tls-certManager": ("mend", "platform"),
-}
-
-
-def values_of(case: str) -> dict[str, Any]:
-    values = copy.deepcopy(CASES[case])
-    if values.get("tls", {}).get("secret", {}).get("caBundle") == "CA_BUNDLE":
-        values["tls"]["secret"]["caBundle"] = dev_ca_bundle()
-    return values
-
-
-def release_of(case: str) -> tuple[str, str]:
-    return RELEASES.get(case, (RELEASE, NAMESPACE))
 
 
 # ---------------------------------------------------------------------------------------
@@ -455,11 +258,6 @@ def test_the_container_args_are_flags_podmend_serve_accepts(rendered):
     assert check.returncode == 0, f"podmend refuses the chart's arguments {args}:\n{check.stderr}"
 
 
-def one_container(deployment: dict[str, Any]) -> dict[str, Any]:
-    containers = deployment["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return containers[0]
-
 
 def test_the_webhook_configurations_are_safe_and_as_set(rendered):
     case, values, docs, _, namespace = rendered
@@ -534,6 +332,9 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
             assert "'kubernetes.io/config.mirror' in object.metadata.annotations" in mirror
             assert mirror.startswith("object == null ||"), "guard for DELETE, where object is null"
             assert "!has(object.metadata.annotations)" in mirror
+            # An explicit null is guarded too (tests/chart/test_match_conditions.py evaluates it).
+            assert "object.metadata.annotations == null" in mirror
+            assert "object.metadata.annotations == null" in conditions["not-skipped"]
             skip = conditions["not-skipped"]
             assert "'podmend.io/skip'" in skip and "'all'" in skip and skip.startswith("object == null ||")
             # Only the status webhook filters by phase; it only ever sees UPDATE, where
@@ -541,7 +342,8 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
             pending = conditions.get("pending-pods-only")
             if status_webhook:
                 assert pending == (
-                    "has(object.status) && has(object.status.phase) && object.status.phase == 'Pending'"
+                    "object != null && has(object.status) && has(object.status.phase) && "
+                    "object.status.phase == 'Pending'"
                 ), pending
             else:
                 assert pending is None, f"{case}: {webhook['name']} filters by phase"
@@ -610,23 +412,26 @@ def test_the_deployment_is_hardened_and_highly_available(rendered):
     assert flag("--cache-stale-seconds") == str(values["cacheStaleSeconds"])
     assert values["shutdownDelaySeconds"] + values["shutdownSeconds"] < pod["terminationGracePeriodSeconds"]
 
-    # the ServiceAccount the pods run as is the one RBAC binds
+    # the ServiceAccount the pods run as is the one RBAC binds (the `helm test` hooks have
+    # their own, checked in test_helm_test.py)
+    installed = [d for d in docs if not is_test_hook(d)]
     account = pod["serviceAccountName"]
-    accounts = [d["metadata"]["name"] for d in by_kind(docs, "ServiceAccount")]
+    accounts = [d["metadata"]["name"] for d in by_kind(installed, "ServiceAccount")]
     assert accounts == ([account] if values["serviceAccount"]["create"] else [])
-    for binding in by_kind(docs, "ClusterRoleBinding") + by_kind(docs, "RoleBinding"):
+    for binding in by_kind(installed, "ClusterRoleBinding") + by_kind(installed, "RoleBinding"):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]
-    roles = by_kind(docs, "ClusterRole")
+    roles = by_kind(installed, "ClusterRole")
     if values["rbac"]["create"]:
         read = roles[0]["rules"][0]
         assert read == {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["get", "list", "watch"]}
     else:
-        assert not roles and not by_kind(docs, "Role")
+        assert not roles and not by_kind(docs, "Role") and not by_kind(docs, "ClusterRole")
 
 
 def test_tls_mode_wiring(rendered):
     case, values, docs, name, namespace = rendered
     tls = values["tls"]
+    installed = [d for d in docs if not is_test_hook(d)]  # the TLS RBAC, not `helm test`'s
     deployment = one(docs, "Deployment")
     container = one_container(deployment)
     args = container["args"]
@@ -664,7 +469,7 @@ def test_tls_mode_wiring(rendered):
             assert "cert-manager.io/inject-ca-from" not in config["metadata"].get("annotations", {})
         assert not certificates and not by_kind(docs, "Issuer")
         if values["rbac"]["create"]:
-            role = one(docs, "Role")
+            role = one(installed, "Role")
             assert role["metadata"]["namespace"] == namespace
             scoped = [r for r in role["rules"] if "resourceNames" in r]
             assert scoped == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name], "verbs": ["get", "update", "patch"]}]
@@ -679,7 +484,7 @@ def test_tls_mode_wiring(rendered):
         assert test_volumes["tls"]["secret"]["secretName"] == secret_name
     else:
         assert not self_flags
-        assert not by_kind(docs, "Role")
+        assert not by_kind(installed, "Role")
         if values["rbac"]["create"]:
             cluster_rules = one(docs, "ClusterRole")["rules"]
             assert all(r["apiGroups"] == [""] for r in cluster_rules), "no webhook configuration access without self mode"
@@ -749,7 +554,7 @@ def test_optional_monitoring_objects(rendered):
 
 
 def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
-    _, _, docs, name, namespace = rendered
+    _, values, docs, name, namespace = rendered
     cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     for doc in docs:
         labels = doc["metadata"]["labels"]
@@ -757,6 +562,9 @@ def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         if doc["kind"] in cluster_scoped:
             assert "namespace" not in doc["metadata"]
+        elif is_test_hook(doc) and doc["kind"] in ("Role", "RoleBinding"):
+            # `helm test` with tls.clientCA may create Pods (dry run) in tests.namespace only.
+            assert doc["metadata"]["namespace"] == values["tests"]["namespace"], doc["__template"]
         else:
             assert doc["metadata"]["namespace"] == namespace, doc["__template"]
     names = [(d["kind"], d["metadata"]["name"]) for d in docs]
@@ -795,6 +603,7 @@ def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
         pytest.param({"securityContext": {"runAsUsr": 1}}, ["/securityContext", "runAsUsr"], id="security-context-typo"),
         pytest.param({"tls": {"clientCA": {"secretName": "Client_CA"}}}, ["/tls/clientCA/secretName"], id="client-ca-secret-name"),
         pytest.param({"tls": {"clientCA": {"key": "ca/crt"}}}, ["/tls/clientCA/key"], id="client-ca-key"),
+        pytest.param({"tests": {"namespace": "CI_Jobs"}}, ["/tests/namespace"], id="tests-namespace"),
     ],
 )
 def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
@@ -817,6 +626,10 @@ def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
                      "tls.clientCA: set secretName or configMapName, not both", id="client-ca-from-both"),
         pytest.param({"tls": {"self": {"validityDays": 30, "renewBeforeDays": 30}}},
                      "tls.self.renewBeforeDays (30) must be below tls.self.validityDays (30)", id="renew-before-validity"),
+        pytest.param({"tls": {"clientCA": {"secretName": "a"}}, "tests": {"namespace": "kube-system"}},
+                     "tests.namespace kube-system is never sent to the webhook", id="client-ca-test-namespace-excluded"),
+        pytest.param({"tls": {"clientCA": {"secretName": "a"}}, "webhook": {"skipNamespaces": ["default"]}},
+                     "tests.namespace default is never sent to the webhook", id="client-ca-test-namespace-skipped"),
     ],
 )
 def test_impossible_combinations_fail_the_render(values, expected):

@@ -195,24 +195,33 @@ namespaceSelector:
 objectSelector:
   {{- toYaml $v.webhook.objectSelector | nindent 2 }}
 {{- end }}
+# CEL over `object`/`oldObject` as untyped maps (null on DELETE and CREATE respectively).
+# An error is never a safe answer (failurePolicy Ignore turns it into "skip the webhook"),
+# so every read is guarded: has() for an absent key, `!= null` for an explicit null (a
+# metadata.annotations: null is one converter change away; `'k' in null` errors).
+# tests/chart/test_match_conditions.py evaluates each with cel-expr-python (cel-cpp).
 matchConditions:
   # Mirror (static) pods belong to the kubelet: never touched. `object` is null on DELETE,
   # and workloads carry no mirror annotation, so the condition holds for them.
   - name: not-a-mirror-pod
     expression: >-
       object == null || !has(object.metadata.annotations) ||
+      object.metadata.annotations == null ||
       !('kubernetes.io/config.mirror' in object.metadata.annotations)
   # podmend.io/skip: "all" opts an object out before the request leaves the API server.
   - name: not-skipped
     expression: >-
       object == null || !has(object.metadata.annotations) ||
+      object.metadata.annotations == null ||
       !('podmend.io/skip' in object.metadata.annotations) ||
       object.metadata.annotations['podmend.io/skip'] != 'all'
   {{- if .status }}
   # virtual-node-phase acts on Pending pods only: every other pod's status writes (the
-  # bulk of them) never leave the API server. `object` is the Pod on UPDATE, never null.
+  # bulk of them) never leave the API server. `object` is the Pod on UPDATE (null only on
+  # DELETE, which this webhook's rule never matches); status is a struct, never null.
   - name: pending-pods-only
     expression: >-
-      has(object.status) && has(object.status.phase) && object.status.phase == 'Pending'
+      object != null && has(object.status) && has(object.status.phase) &&
+      object.status.phase == 'Pending'
   {{- end }}
 {{- end }}
