@@ -23,6 +23,17 @@ fn python() -> PathBuf {
     }
 }
 
+/// Every kind with a pod template in podmend's kinds table, as `group/resource` separated by
+/// commas: the chart's webhook rules must name exactly these (`tests/chart/test_chart.py`).
+fn workload_resources() -> String {
+    podmend::target::TARGETS
+        .iter()
+        .filter(|target| target.is_template())
+        .map(|target| format!("{}/{}", target.group, target.resource))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 #[test]
 fn the_chart_renders_lints_and_keeps_its_invariants() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -57,6 +68,7 @@ fn the_chart_renders_lints_and_keeps_its_invariants() {
         ])
         .current_dir(&repo)
         .env("PODMEND_BIN", env!("CARGO_BIN_EXE_podmend"))
+        .env("PODMEND_WORKLOAD_RESOURCES", workload_resources())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .output()
         .unwrap_or_else(|e| panic!("cannot run pytest with {}: {e}", python.display()));

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import subprocess
 from functools import lru_cache
@@ -57,13 +58,10 @@ CRD_KINDS = {
     ("cert-manager.io/v1", "Issuer"),
     ("cert-manager.io/v1", "Certificate"),
 }
+# The kinds with a pod template, from podmend's own kinds table (src/target.rs, passed in by
+# tests/chart.rs): the webhook must be sent exactly these, so a kind added there reaches the chart.
 WORKLOAD_RULES = {
-    ("apps", "deployments"),
-    ("apps", "replicasets"),
-    ("apps", "statefulsets"),
-    ("apps", "daemonsets"),
-    ("batch", "jobs"),
-    ("batch", "cronjobs"),
+    tuple(entry.split("/", 1)) for entry in os.environ["PODMEND_WORKLOAD_RESOURCES"].split(",")
 }
 
 

@@ -166,6 +166,11 @@ rules:
     scope: Namespaced
   {{- if include "podmend.templatesActive" $ctx }}
   - operations: ["CREATE", "UPDATE"]
+    apiGroups: [""]
+    apiVersions: ["v1"]
+    resources: ["podtemplates", "replicationcontrollers"]
+    scope: Namespaced
+  - operations: ["CREATE", "UPDATE"]
     apiGroups: ["apps"]
     apiVersions: ["v1"]
     resources: ["deployments", "replicasets", "statefulsets", "daemonsets"]
