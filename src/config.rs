@@ -362,7 +362,7 @@ rules:
   # metadata.name keeps the placement but lets the scheduler wait (Pending) instead.
   node-affinity:
     mode: enforce          # for Pods on CREATE
-    templates: warn        # for Deployment/StatefulSet/DaemonSet/Job/CronJob/ReplicaSet templates
+    templates: warn        # for the pod templates of workloads (Deployment, Job, CronJob, ...)
     tolerateNodeTaints: true   # add tolerations for the node's NoSchedule taints (nodeName ignored them)
     ignoreTaints:              # never tolerated: the cordon taint keeps meaning "do not place here"
       - node.kubernetes.io/unschedulable
