@@ -394,28 +394,6 @@ fn a_report_without_repairs_has_no_patch_lines() {
 // ---------------------------------------------------------------------------------------------
 // SARIF
 
-/// The venv's Python: `$PODMEND_PYTHON_VENV_BIN` (the venv's `bin` directory, or the python
-/// itself), else `<crate>/.venv/bin/python`. Never skips: a missing venv fails the test.
-fn venv_python() -> PathBuf {
-    let path = match std::env::var_os("PODMEND_PYTHON_VENV_BIN") {
-        Some(bin) => {
-            let bin = PathBuf::from(bin);
-            if bin.is_dir() {
-                bin.join("python")
-            } else {
-                bin
-            }
-        }
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"),
-    };
-    assert!(
-        path.is_file(),
-        "{} does not exist: run scripts/test (it creates .venv)",
-        path.display()
-    );
-    path
-}
-
 const VALIDATE: &str = r#"
 import json, sys
 import jsonschema
@@ -437,7 +415,7 @@ fn validate_sarif(text: &str) -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("audit.sarif");
     std::fs::write(&log, text).unwrap();
-    let output = Command::new(venv_python())
+    let output = Command::new(common::python::venv_python(&["jsonschema"]))
         .args(["-c", VALIDATE])
         .arg(&schema)
         .arg(&log)

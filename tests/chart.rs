@@ -9,19 +9,10 @@
 //! `scripts/test` installs `tests/requirements.txt` into `.venv`; this test never skips:
 //! without them it fails and says how to get them.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
-
-const INSTALL_HINT: &str = "run scripts/test (it installs tests/requirements.txt into .venv: helm-python-sdk, \
-     pytest, cel-expr-python, the linters)";
-
-/// `$PODMEND_CHART_PYTHON`, else `<repo>/.venv/bin/python`.
-fn python() -> PathBuf {
-    match std::env::var_os("PODMEND_CHART_PYTHON") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"),
-    }
-}
 
 /// Every kind with a pod template in podmend's kinds table, as `group/resource` separated by
 /// commas: the chart's webhook rules must name exactly these (`tests/chart/test_chart.py`).
@@ -37,25 +28,13 @@ fn workload_resources() -> String {
 #[test]
 fn the_chart_renders_lints_and_keeps_its_invariants() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let python = python();
-    assert!(
-        python.is_file(),
-        "{} does not exist: {INSTALL_HINT}",
-        python.display()
-    );
-    let probe = Command::new(&python)
-        .args([
-            "-c",
-            "import helm_python, pytest, yaml, kubernetes_validate, cel_expr_python",
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", python.display()));
-    assert!(
-        probe.status.success(),
-        "{} lacks the chart test packages: {INSTALL_HINT}\n{}",
-        python.display(),
-        String::from_utf8_lossy(&probe.stderr)
-    );
+    let python = common::python::venv_python(&[
+        "helm_python",
+        "pytest",
+        "yaml",
+        "kubernetes_validate",
+        "cel_expr_python",
+    ]);
 
     let output = Command::new(&python)
         .args([

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// What to do when a peer is missing.
-pub const INSTALL_HINT: &str = "run scripts/test (it installs tests/requirements.txt into .venv)";
+pub const INSTALL_HINT: &str =
+    "run scripts/setup (scripts/test does: it installs tests/requirements.txt into .venv)";
 
 /// The virtual environment's Python (`$PODMEND_TEST_PYTHON`, else `<repo>/.venv/bin/python`),
 /// checked to import every module in `modules`. Panics with [`INSTALL_HINT`] otherwise.
