@@ -147,7 +147,14 @@ async fn stub_with(pods: Vec<Value>) -> ApiStub {
             "replicaset-pinniped-kube-cert-agent-nodename.json",
         )],
     );
-    for resource in ["statefulsets", "daemonsets", "jobs", "cronjobs"] {
+    for resource in [
+        "podtemplates",
+        "replicationcontrollers",
+        "statefulsets",
+        "daemonsets",
+        "jobs",
+        "cronjobs",
+    ] {
         stub.set_objects(resource, vec![]);
     }
     stub.set_objects("pods", pods);
@@ -283,6 +290,8 @@ async fn listing_is_paginated_with_the_page_size_and_continue_tokens() {
         for list in [
             "/api/v1/nodes?",
             "/api/v1/limitranges?",
+            "/api/v1/podtemplates?",
+            "/api/v1/replicationcontrollers?",
             "/apis/apps/v1/deployments?",
             "/apis/apps/v1/replicasets?",
             "/apis/apps/v1/statefulsets?",
