@@ -4,6 +4,7 @@
 //! [`StaticCluster`] answers from plain maps (tests, `audit` without a cluster);
 //! [`watch`] keeps reflector caches of Nodes and LimitRanges for `serve`.
 
+pub mod cached;
 pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};

@@ -10,16 +10,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{LimitRange, LimitRangeItem, Node, Taint};
+use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, Resource};
 use tokio::task::AbortHandle;
 
 use super::ClusterView;
+use super::cached::{CachedLimitRange, CachedNode};
 
 /// Nodes and LimitRanges as last seen by the watchers.
 ///
@@ -27,15 +28,15 @@ use super::ClusterView;
 /// and that stay empty (every node unknown) until the first list has arrived
 /// (see [`CacheReadiness`]).
 pub struct WatchedCluster {
-    nodes: Store<Node>,
-    limit_ranges: Store<LimitRange>,
+    nodes: Store<CachedNode>,
+    limit_ranges: Store<CachedLimitRange>,
     /// Watcher tasks, stopped when the cluster view is dropped.
     tasks: Vec<AbortHandle>,
 }
 
 impl WatchedCluster {
     /// A view over stores filled by someone else (no tasks are started).
-    pub fn from_stores(nodes: Store<Node>, limit_ranges: Store<LimitRange>) -> Self {
+    pub fn from_stores(nodes: Store<CachedNode>, limit_ranges: Store<CachedLimitRange>) -> Self {
         Self {
             nodes,
             limit_ranges,
@@ -68,17 +69,12 @@ impl ClusterView for WatchedCluster {
 
     fn node_taints(&self, name: &str) -> Option<Vec<Taint>> {
         let node = self.nodes.get(&ObjectRef::new(name))?;
-        Some(
-            node.spec
-                .as_ref()
-                .and_then(|spec| spec.taints.clone())
-                .unwrap_or_default(),
-        )
+        Some(node.taints().to_vec())
     }
 
     fn node_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
         let node = self.nodes.get(&ObjectRef::new(name))?;
-        Some(node.metadata.labels.clone().unwrap_or_default())
+        Some(node.labels())
     }
 
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
@@ -89,8 +85,7 @@ impl ClusterView for WatchedCluster {
         ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         ranges
             .iter()
-            .filter_map(|lr| lr.spec.as_ref())
-            .flat_map(|spec| spec.limits.iter().cloned())
+            .flat_map(|lr| lr.items().iter().cloned())
             .collect()
     }
 }
@@ -201,8 +196,8 @@ pub fn start(client: Client) -> (Arc<WatchedCluster>, CacheReadiness) {
 /// until the API server answers again. Outside a tokio runtime nothing is started and the
 /// caches never get ready. The watchers stop when the returned [`WatchedCluster`] is dropped.
 pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>, CacheReadiness) {
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let (limit_ranges, lr_writer) = reflector::store::<LimitRange>();
+    let (nodes, node_writer) = reflector::store::<CachedNode>();
+    let (limit_ranges, lr_writer) = reflector::store::<CachedLimitRange>();
     let readiness = CacheReadiness::new(stale_after);
     let mut cluster = WatchedCluster::from_stores(nodes.clone(), limit_ranges.clone());
 
@@ -213,16 +208,18 @@ pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>
         return (Arc::new(cluster), readiness);
     };
 
-    let node_api = Api::<Node>::all(client.clone());
-    let lr_api = Api::<LimitRange>::all(client);
+    // The cached types name the Node and LimitRange resources but declare only what rules
+    // read: the rest of each object is skipped while it is parsed (`cached.rs`).
+    let node_api = Api::<CachedNode>::all(client.clone());
+    let lr_api = Api::<CachedLimitRange>::all(client);
     let node_stream = reflector::reflector(
         node_writer,
-        watcher(node_api.clone(), watcher::Config::default()).modify(strip_managed_fields),
+        watcher(node_api.clone(), watcher::Config::default()),
     )
     .default_backoff();
     let lr_stream = reflector::reflector(
         lr_writer,
-        watcher(lr_api.clone(), watcher::Config::default()).modify(strip_managed_fields),
+        watcher(lr_api.clone(), watcher::Config::default()),
     )
     .default_backoff();
 
@@ -255,11 +252,6 @@ pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>
             .abort_handle(),
     ];
     (Arc::new(cluster), readiness)
-}
-
-/// Drops `metadata.managedFields`, which rules never read, before an object is cached.
-fn strip_managed_fields<K: Resource>(obj: &mut K) {
-    obj.managed_fields_mut().clear();
 }
 
 /// Polls a reflector stream forever, keeping `health` up to date and logging failures (the
@@ -392,8 +384,8 @@ fn lookups_from_config(config: kube::Config) -> Lookups {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{LimitRangeSpec, NodeSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
+    use crate::cluster::cached::{LimitRangeLimits, NodeTaints};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use kube::runtime::reflector::store::Writer;
     use kube::runtime::watcher::Event;
 
@@ -405,28 +397,24 @@ mod tests {
         }
     }
 
-    fn node(name: &str, taints: Option<Vec<Taint>>) -> Node {
-        Node {
+    fn node(name: &str, taints: Option<Vec<Taint>>) -> CachedNode {
+        CachedNode {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
                 ..ObjectMeta::default()
             },
-            spec: Some(NodeSpec {
-                taints,
-                ..NodeSpec::default()
-            }),
-            ..Node::default()
+            spec: Some(NodeTaints { taints }),
         }
     }
 
-    fn limit_range(namespace: &str, name: &str, item_type: &str) -> LimitRange {
-        LimitRange {
+    fn limit_range(namespace: &str, name: &str, item_type: &str) -> CachedLimitRange {
+        CachedLimitRange {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
                 namespace: Some(namespace.to_string()),
                 ..ObjectMeta::default()
             },
-            spec: Some(LimitRangeSpec {
+            spec: Some(LimitRangeLimits {
                 limits: vec![LimitRangeItem {
                     type_: item_type.to_string(),
                     ..LimitRangeItem::default()
@@ -447,7 +435,7 @@ mod tests {
         writer.apply_watcher_event(&Event::InitDone);
     }
 
-    fn cluster(nodes: Vec<Node>, ranges: Vec<LimitRange>) -> WatchedCluster {
+    fn cluster(nodes: Vec<CachedNode>, ranges: Vec<CachedLimitRange>) -> WatchedCluster {
         let (node_store, mut node_writer) = reflector::store();
         let (lr_store, mut lr_writer) = reflector::store();
         fill(&mut node_writer, nodes);
@@ -519,18 +507,10 @@ mod tests {
         assert!(view.limit_range_items("team-c").is_empty());
     }
 
-    #[test]
-    fn managed_fields_are_dropped_before_caching() {
-        let mut n = node("n1", None);
-        n.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
-        strip_managed_fields(&mut n);
-        assert!(n.metadata.managed_fields.unwrap_or_default().is_empty());
-    }
-
     #[tokio::test]
     async fn readiness_waits_for_both_caches() {
-        let (node_store, mut node_writer) = reflector::store::<Node>();
-        let (lr_store, mut lr_writer) = reflector::store::<LimitRange>();
+        let (node_store, mut node_writer) = reflector::store::<CachedNode>();
+        let (lr_store, mut lr_writer) = reflector::store::<CachedLimitRange>();
         let readiness = CacheReadiness::default();
         assert_eq!(
             readiness.not_ready_reason().as_deref(),
