@@ -149,7 +149,7 @@ impl Rule for DindRm {
             .iter()
             .map(|(name, path)| {
                 truncate(format!(
-                    "left {name} alone: it reads the node's Docker socket at {path}, as node agents do (nodeAgents: skip)"
+                    "left {name} alone: a node agent (the node's Docker socket at {path}; nodeAgents: skip)"
                 ))
             })
             .collect();

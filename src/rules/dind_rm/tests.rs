@@ -567,7 +567,7 @@ fn a_container_reading_the_node_s_socket_at_a_path_of_its_own_is_a_node_agent() 
     assert_eq!(
         messages,
         vec![
-            "left build alone: it reads the node's Docker socket at /host/var/run/docker.sock, as node agents do (nodeAgents: skip)"
+            "left build alone: a node agent (the node's Docker socket at /host/var/run/docker.sock; nodeAgents: skip)"
         ]
     );
     let guard_agents = DindRmConfig {
