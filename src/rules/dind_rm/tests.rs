@@ -871,3 +871,29 @@ fn long_lists_are_shortened() {
     let long = truncate("x".repeat(200));
     assert_eq!(long.chars().count(), MAX_MESSAGE);
 }
+
+#[test]
+fn a_tls_client_whose_certificates_the_guard_cannot_mount_leaves_the_pod_alone() {
+    for (cert_path, reason) in [
+        (None, "verifies TLS without DOCKER_CERT_PATH"),
+        (
+            Some("/root/.docker"),
+            "DOCKER_CERT_PATH /root/.docker of build is in no volume",
+        ),
+    ] {
+        let mut env = vec![
+            json!({"name": "DOCKER_HOST", "value": "tcp://localhost:2376"}),
+            json!({"name": "DOCKER_TLS_VERIFY", "value": "1"}),
+        ];
+        if let Some(path) = cert_path {
+            env.push(json!({"name": "DOCKER_CERT_PATH", "value": path}));
+        }
+        let (after, messages) = repair(json!({"containers": [
+            {"name": "build", "image": "docker:24", "env": env},
+            {"name": "dind", "image": "docker:dind", "command": ["sh", "-c", "dockerd-entrypoint.sh"]}
+        ]}));
+        assert!(after["initContainers"].is_null());
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(messages[0].contains(reason), "{messages:?}");
+    }
+}

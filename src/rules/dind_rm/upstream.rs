@@ -432,24 +432,26 @@ fn fallback(spec: &PodSpec, survey: &Survey, reason: String) -> Plan {
                 }
             }
             Address::Tcp { .. } if is_tls_client(client) => {
-                let cert_path = env_value(client, DOCKER_CERT_PATH).filter(|p| !p.is_empty());
-                match cert_path {
-                    Some(path) => match locate(client, path) {
-                        Some(found) => plan.mounts.push(VolumeMount {
-                            read_only: Some(true),
-                            ..found.mount.clone()
-                        }),
-                        None => plan.notes.push(format!(
-                            "DOCKER_CERT_PATH {path} of {} is in no volume: {GUARD_CONTAINER} cannot read the certificates",
-                            client.name
-                        )),
-                    },
-                    None => plan.notes.push(format!(
-                        "{} verifies TLS without DOCKER_CERT_PATH: {GUARD_CONTAINER} has no certificates for the daemon",
+                // The guard speaks TLS to the daemon with the client's certificates; without
+                // them it could not reach the daemon at all.
+                let Some(path) = env_value(client, DOCKER_CERT_PATH).filter(|p| !p.is_empty())
+                else {
+                    return Plan::LeaveAlone(format!(
+                        "{GUARD_CONTAINER} not injected: {} verifies TLS without DOCKER_CERT_PATH, so the guard has no certificates",
                         client.name
-                    )),
-                }
-                plan.cert_path = Some(cert_path.unwrap_or_default().to_string());
+                    ));
+                };
+                let Some(found) = locate(client, path) else {
+                    return Plan::LeaveAlone(format!(
+                        "{GUARD_CONTAINER} not injected: DOCKER_CERT_PATH {path} of {} is in no volume the guard could mount",
+                        client.name
+                    ));
+                };
+                plan.mounts.push(VolumeMount {
+                    read_only: Some(true),
+                    ..found.mount.clone()
+                });
+                plan.cert_path = Some(path.to_string());
             }
             Address::Tcp { .. } => {}
         }
