@@ -21,8 +21,9 @@ const ENTRYPOINT: &str = "dockerd-entrypoint.sh";
 const DOCKERD: &str = "dockerd";
 /// The environment dockerd reads its TLS defaults from (`--tlsverify` is on when
 /// `DOCKER_TLS_VERIFY` is non-empty, the files come from `DOCKER_CERT_PATH`). Blanked in a
-/// rewritten daemon: without the entrypoint's explicit flags it would turn TLS on with files
-/// that are not there (GitLab puts every job variable into its services' env).
+/// rewritten daemon: without the entrypoint's explicit flags it would turn TLS on with
+/// default files nobody wrote, which newer dockerd releases refuse to start with (GitLab puts
+/// every job variable into its services' env).
 pub(super) const DAEMON_TLS_ENV: &[&str] = &["DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"];
 
 /// An address the daemon served.
