@@ -126,9 +126,12 @@ pub(super) fn survey(config: &DindRmConfig, spec: &PodSpec, meta: &PodMeta) -> S
             .flatten()
             .filter(|m| survey.host_sockets.contains(&m.name))
             .collect();
-        let agent_mount = host_mounts
-            .iter()
-            .find(|m| !DEFAULT_SOCKETS.contains(&m.mount_path.trim_end_matches('/')));
+        // A mount without a path is invalid (the API server refuses the pod and says so), not
+        // a node agent's.
+        let agent_mount = host_mounts.iter().find(|m| {
+            !m.mount_path.is_empty()
+                && !DEFAULT_SOCKETS.contains(&m.mount_path.trim_end_matches('/'))
+        });
         if let (Some(mount), NodeAgents::Skip) = (agent_mount, config.node_agents) {
             survey
                 .agents
