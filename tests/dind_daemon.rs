@@ -138,14 +138,15 @@ fn tcp_listeners(pid: u32) -> Vec<u16> {
         };
         for line in text.lines().skip(1) {
             let fields: Vec<&str> = line.split_whitespace().collect();
-            if fields.len() > 9 && fields[3] == "0A" && inodes.iter().any(|i| i == fields[9]) {
-                if let Some(port) = fields[1]
+            if fields.len() > 9
+                && fields[3] == "0A"
+                && inodes.iter().any(|i| i == fields[9])
+                && let Some(port) = fields[1]
                     .rsplit(':')
                     .next()
                     .and_then(|p| u16::from_str_radix(p, 16).ok())
-                {
-                    ports.push(port);
-                }
+            {
+                ports.push(port);
             }
         }
     }
