@@ -897,3 +897,18 @@ fn a_tls_client_whose_certificates_the_guard_cannot_mount_leaves_the_pod_alone()
         assert!(messages[0].contains(reason), "{messages:?}");
     }
 }
+
+#[test]
+fn a_host_alias_for_the_pod_makes_a_client_s_unserved_port_a_misreading() {
+    // docker:2377 is a remote daemon unless a hostAlias makes "docker" the pod itself.
+    let mut spec = plain_tcp("tcp://docker:2377");
+    let (after, _) = repair(spec.clone());
+    assert_eq!(listen(&after), vec!["tcp://0.0.0.0:2375"]);
+    spec["hostAliases"] = json!([{"ip": "127.0.0.1", "hostnames": ["docker"]}]);
+    let (after, messages) = repair(spec);
+    assert_eq!(upstream(&after), "tcp://docker:2377");
+    assert!(
+        messages[1].contains("main uses tcp://docker:2377"),
+        "{messages:?}"
+    );
+}
