@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::time::Duration;
 
-use crate::dind::Policy;
+use crate::dind::{DEFAULT_MAX_EXITED, DEFAULT_MIN_AGE, Policy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Serialize};
 
@@ -138,12 +139,29 @@ pub const DEFAULT_GUARD_IMAGE: &str =
 /// `27-dind`, `dind-rootless`, `27.3.1-dind-alpine3.20`, ...), bare or from any registry.
 pub const DEFAULT_DAEMON_IMAGES: &[&str] = &["docker:*dind*", "*/docker:*dind*"];
 
+/// What the rule does with node agents: pods of a DaemonSet, and containers that read the
+/// node's Docker socket at a fixed path of their own (monitoring, log shippers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeAgents {
+    /// Leave them alone, and say so in the finding: they are node infrastructure, not CI.
+    Skip,
+    /// Guard them like any other Docker client.
+    Guard,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase", default)]
 pub struct DindRmConfig {
     pub mode: Mode,
     pub templates: Mode,
     pub policy: Policy,
+    /// Policy collect: an exited container is removed once it has been exited this long.
+    #[serde(with = "duration_text")]
+    pub min_age: Duration,
+    /// Policy collect: how many exited containers a pod keeps; beyond, the oldest go.
+    pub max_exited: u32,
+    pub node_agents: NodeAgents,
     pub guard_image: String,
     pub sidecar_mode: SidecarMode,
     /// Glob patterns (`*` only) on the image reference, digest ignored.
@@ -155,7 +173,10 @@ impl Default for DindRmConfig {
         Self {
             mode: Mode::Enforce,
             templates: Mode::Warn,
-            policy: Policy::Rm,
+            policy: Policy::Collect,
+            min_age: DEFAULT_MIN_AGE,
+            max_exited: DEFAULT_MAX_EXITED,
+            node_agents: NodeAgents::Skip,
             guard_image: DEFAULT_GUARD_IMAGE.to_string(),
             sidecar_mode: SidecarMode::Native,
             daemon_images: DEFAULT_DAEMON_IMAGES
@@ -163,6 +184,24 @@ impl Default for DindRmConfig {
                 .map(|p| p.to_string())
                 .collect(),
         }
+    }
+}
+
+/// A duration written as the guard's flags take it (`90s`, `5m`, `1h30m`).
+mod duration_text {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::dind::{format_duration, parse_duration};
+
+    pub fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format_duration(*value))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        parse_duration(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -379,23 +418,38 @@ rules:
     resources: [cpu, memory]   # which requests to zero; only cpu, memory, ephemeral-storage
     limitFromRequest: true     # a request without a limit first becomes the limit, so the container keeps a bound
 
-  # Docker-in-Docker: `docker run` without --rm leaves stopped containers that Kubernetes never
-  # sees, until the node's disk fills. In pods that run a Docker daemon or mount the node's
-  # docker.sock, podmend-guard (`podmend guard`) goes between the docker clients and the daemon:
-  # clients get DOCKER_HOST=unix:///run/podmend/docker.sock; the node's socket moves to the guard.
+  # Docker-in-Docker: containers a pod's `docker run` leaves behind outlive the pod on the
+  # daemon, pin images and fill the node's disk. In pods that run a Docker daemon (found by
+  # what it runs: dockerd, the docker:dind entrypoint, a docker image running privileged
+  # with no command; or by daemonImages) or mount the node's docker.sock, podmend-guard
+  # (`podmend guard`) takes the daemon's place: it listens where the daemon listened (its
+  # TCP port, with the same TLS tree, and its socket in the shared volume; or the node's
+  # socket at the path the client mounted it), and the daemon moves to a socket only the
+  # guard mounts (/podmend/daemon/docker.sock). Clients keep their DOCKER_HOST. Where the
+  # daemon cannot be moved safely, clients are pointed at the guard instead and the finding
+  # says the guard can be bypassed, and why.
   dind-rm:
     mode: enforce
     templates: warn
-    policy: rm                 # a container created without --rm: rm (add it), deny (refuse it),
-                               # reap (remove it when the pod ends), audit (count it);
+    policy: collect            # collect: keep exited containers (docker logs/cp still work), remove
+                               # them after minAge or beyond maxExited, everything at pod end;
+                               # rm (force --rm), deny (refuse a create without --rm),
+                               # reap (remove only at pod end), audit (count, remove nothing);
                                # per pod: annotation podmend.io/dind-policy (or "off")
+    minAge: 5m                 # collect: an exited container goes once exited this long (90s, 5m, 1h)
+    maxExited: 20              # collect: exited containers a pod keeps; beyond, the oldest go first
+    nodeAgents: skip           # pods of DaemonSets and containers reading the node's docker.sock at a
+                               # path of their own (monitoring, log shippers): skip (left alone, the
+                               # finding says so) or guard (treated as Docker clients)
     guardImage: ghcr.io/podmend/podmend:"#,
     env!("CARGO_PKG_VERSION"),
     r#"
-    sidecarMode: native        # native: init container with restartPolicy Always (Kubernetes >= 1.29);
+    sidecarMode: native        # native: init container with restartPolicy Always (Kubernetes >= 1.29),
+                               # first of all, so every client starts after it;
                                # container: a regular container, for older clusters (init containers
                                # run before it starts, so they keep their direct access)
-    daemonImages:              # images that run dockerd (`*` matches anything); a dockerd command counts too
+    daemonImages:              # images that run dockerd (`*` matches anything); what a container
+                               # runs counts too, so a digest-pinned docker:dind is found
       - docker:*dind*          # docker:dind, docker:27-dind, docker:dind-rootless, docker:27.3.1-dind-alpine3.20
       - "*/docker:*dind*"      # the same from a registry or mirror: docker.io/library/docker:dind
 
@@ -482,6 +536,55 @@ mod tests {
         assert_eq!(dind.guard_image, DEFAULT_GUARD_IMAGE);
         assert_eq!(dind.mode, Mode::Enforce);
         assert_eq!(dind.templates, Mode::Warn);
+    }
+
+    #[test]
+    fn the_dind_rule_collects_by_default_and_reads_its_collection_keys() {
+        let defaults = Config::default().rules.dind_rm;
+        assert_eq!(defaults.policy, Policy::Collect);
+        assert_eq!(defaults.min_age, DEFAULT_MIN_AGE);
+        assert_eq!(defaults.max_exited, DEFAULT_MAX_EXITED);
+        assert_eq!(defaults.node_agents, NodeAgents::Skip);
+        let config = Config::from_yaml(
+            "rules:\n  dind-rm:\n    minAge: 1h30m\n    maxExited: 3\n    nodeAgents: guard\n",
+            "x",
+        )
+        .expect("parses");
+        let dind = &config.rules.dind_rm;
+        assert_eq!(dind.min_age, Duration::from_secs(5400));
+        assert_eq!(dind.max_exited, 3);
+        assert_eq!(dind.node_agents, NodeAgents::Guard);
+        let written = serde_yaml_ng::to_string(&config).expect("serializes");
+        assert!(written.contains("minAge: 90m"), "{written}");
+    }
+
+    #[test]
+    fn a_bad_min_age_or_node_agents_value_is_an_error_naming_the_key() {
+        for (yaml, key, says) in [
+            ("minAge: 5", "rules.dind-rm.minAge", "90s, 5m"),
+            ("nodeAgents: ignore", "rules.dind-rm.nodeAgents", "skip"),
+            ("maxExited: -1", "rules.dind-rm.maxExited", "-1"),
+        ] {
+            let error = Config::from_yaml(&format!("rules:\n  dind-rm:\n    {yaml}\n"), "x")
+                .expect_err(yaml)
+                .to_string();
+            assert!(error.contains(key), "{error}");
+            assert!(error.contains(says), "{error}");
+        }
+    }
+
+    #[test]
+    fn the_printed_defaults_document_every_dind_key() {
+        let section = &DEFAULT_CONFIG_YAML[DEFAULT_CONFIG_YAML
+            .find("  dind-rm:")
+            .expect("dind-rm section")..];
+        let written = serde_json::to_value(DindRmConfig::default()).expect("serializes");
+        for key in written.as_object().expect("an object").keys() {
+            assert!(
+                section.contains(&format!("    {key}:")),
+                "podmend config does not document rules.dind-rm.{key}"
+            );
+        }
     }
 
     #[test]

@@ -34,7 +34,9 @@ pub const DAEMON_SOCKET_VOLUME: &str = "podmend-daemon";
 pub const DAEMON_SOCKET_DIR: &str = "/podmend/daemon";
 /// The only address a rewritten daemon listens on.
 pub const DAEMON_SOCKET: &str = "/podmend/daemon/docker.sock";
-/// The volume holding the guard's own socket, for clients whose daemon could not be moved.
+/// The volume holding the guard's own socket, for clients whose daemon could not be moved;
+/// and, one subdirectory per socket directory, the sockets that stand where clients mounted
+/// the node's Docker socket (each client mounts its subdirectory there).
 pub const GUARD_SOCKET_VOLUME: &str = "podmend-docker";
 /// Where [`GUARD_SOCKET_VOLUME`] is mounted.
 pub const GUARD_SOCKET_DIR: &str = "/podmend/guard";

@@ -225,6 +225,7 @@ impl Engine {
         let meta = PodMeta {
             labels: string_map(object.pointer(&format!("{}/labels", target.metadata))),
             annotations: string_map(object.pointer(&format!("{}/annotations", target.metadata))),
+            controller_kind: controller_kind(target, object),
         };
         let skipped_rules = SkipList::from_annotations([&object_annotations, &meta.annotations]);
         if skipped_rules.all {
@@ -493,6 +494,23 @@ fn acts_on(target: &Target, operation: Operation) -> bool {
         Operation::Create => true,
         Operation::Update => !matches!(target.kind, WorkloadKind::Pod | WorkloadKind::Job),
         Operation::Delete | Operation::Connect => false,
+    }
+}
+
+/// The kind of the controller of the pods `object` describes: a Pod's controlling owner, or
+/// the workload whose template it is (none for a `PodTemplate`, which controls nothing).
+fn controller_kind(target: &Target, object: &Value) -> Option<String> {
+    match target.kind {
+        WorkloadKind::Pod => object
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)?
+            .iter()
+            .find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))?
+            .get("kind")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        WorkloadKind::PodTemplate => None,
+        _ => Some(target.name.to_string()),
     }
 }
 
@@ -801,6 +819,34 @@ mod tests {
         assert!(outcome.patch.iter().all(
             |op| !matches!(op, PatchOperation::Remove(r) if r.path.as_str() != "/spec/nodeName")
         ));
+    }
+
+    #[test]
+    fn rules_see_the_kind_of_the_pods_controller() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "1"},
+                {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d", "uid": "2", "controller": true}]},
+            "spec": {"containers": [{"name": "a", "image": "a"}]}});
+        let target =
+            |kind| target::for_kind(if kind == "Pod" { "" } else { "apps" }, kind).expect("kind");
+        assert_eq!(
+            controller_kind(target("Pod"), &pod),
+            Some("DaemonSet".to_string())
+        );
+        let bare = json!({"metadata": {"name": "p"}});
+        assert_eq!(controller_kind(target("Pod"), &bare), None);
+        assert_eq!(
+            controller_kind(target("DaemonSet"), &json!({})),
+            Some("DaemonSet".to_string())
+        );
+        assert_eq!(
+            controller_kind(
+                target::for_kind("", "PodTemplate").expect("kind"),
+                &json!({})
+            ),
+            None
+        );
     }
 
     #[test]

@@ -1,370 +1,690 @@
-//! The `dind-rm` rule through the engine, on real Docker-in-Docker pods (Jenkins
-//! kubernetes-plugin examples, actions-runner-controller runners): the patch the webhook
-//! returns is applied, and the result must be a valid pod whose docker clients all go through
-//! podmend-guard to the daemon they used before.
+//! The `dind-rm` rule through the real `podmend serve`, on the real CI pods of issue 15 (Argo,
+//! GitLab, Tekton, Jenkins, ARC, monitoring DaemonSets): each AdmissionReview goes over TLS,
+//! the answer is checked and its patch applied as the API server does, the result must pass
+//! the API's rules and the official schema, a second pass must change nothing, and the guard
+//! must stand where each daemon stood with every client as it was.
 
 mod common;
 
-use std::collections::BTreeSet;
-use std::path::PathBuf;
-
-use podmend::cluster::StaticCluster;
-use podmend::config::{Config, Mode};
-use podmend::dind::GUARD_CONTAINER;
-use podmend::engine::{Engine, MUTATED_ANNOTATION, Operation, Outcome, Subject};
-use podmend::rules::dind_rm::{GUARD_DOCKER_HOST, SOCKET_DIR, SOCKET_VOLUME};
+use common::dind::{
+    all_containers, api_errors, argv, container, env_value, fixture_pod, guard, guard_command,
+    mount, mounts,
+};
+use common::k8s_rules;
+use common::schema::validate_with_schema;
+use common::server::{Options, Server, create_review, fixture, mutate_h2};
+use podmend::dind::{Address, GUARD_CONTAINER, Policy};
 use serde_json::{Value, json};
 
-fn fixture_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+const PRIVATE: &str = "--host=unix:///podmend/daemon/docker.sock";
+
+/// What the API server makes of one CREATE through podmend.
+struct Admitted {
+    object: Value,
+    patched: bool,
+    warnings: Vec<String>,
 }
 
-fn yaml_fixture(name: &str) -> Value {
-    let text = std::fs::read_to_string(fixture_path(name)).expect("fixture readable");
-    serde_yaml_ng::from_str(&text).expect("fixture is YAML")
-}
-
-/// The fixture as a Pod named `name` in `ci`: a pod template or a bare Pod, labels kept.
-fn pod_from_fixture(file: &str, name: &str) -> Value {
-    let document = yaml_fixture(file);
-    let (metadata, spec) = match document.get("template") {
-        Some(template) => (template.get("metadata"), &template["spec"]),
-        None => (document.get("metadata"), &document["spec"]),
-    };
-    let mut metadata = metadata.cloned().unwrap_or_else(|| json!({}));
-    metadata["name"] = json!(name);
-    metadata["namespace"] = json!("ci");
-    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
-}
-
-fn engine() -> Engine {
-    Engine::new(&Config::default())
-}
-
-fn review_as(engine: &Engine, group: &str, kind: &str, object: &Value) -> Outcome {
-    let subject = Subject {
-        operation: Operation::Create,
-        group,
-        kind,
-        sub_resource: "",
-        namespace: "ci",
-        object: Some(object),
-        old_object: None,
-    };
-    engine.review(&subject, &StaticCluster::empty())
-}
-
-fn review(object: &Value) -> Outcome {
-    review_as(&engine(), "", "Pod", object)
-}
-
-fn apply(object: &Value, patch: &[json_patch::PatchOperation]) -> Value {
-    let mut patched = object.clone();
-    json_patch::patch(&mut patched, patch).expect("the patch applies");
-    patched
-}
-
-fn all_containers(spec: &Value) -> Vec<&Value> {
-    ["initContainers", "containers"]
-        .iter()
-        .filter_map(|list| spec[list].as_array())
-        .flatten()
-        .collect()
-}
-
-fn guard(spec: &Value) -> &Value {
-    all_containers(spec)
-        .into_iter()
-        .find(|c| c["name"] == GUARD_CONTAINER)
-        .expect("podmend-guard injected")
-}
-
-fn arg_after<'a>(container: &'a Value, flag: &str) -> &'a str {
-    let args = container["args"].as_array().expect("guard args");
-    let i = args.iter().position(|a| a == flag).expect(flag);
-    args[i + 1].as_str().expect("string")
-}
-
-fn mounts(container: &Value) -> Vec<(String, String)> {
-    container["volumeMounts"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| {
-            (
-                m["name"].as_str().unwrap_or_default().to_string(),
-                m["mountPath"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
-}
-
-fn docker_host(container: &Value) -> Option<&str> {
-    container["env"]
-        .as_array()?
-        .iter()
-        .rfind(|e| e["name"] == "DOCKER_HOST")?["value"]
-        .as_str()
-}
-
-/// The API server's structural checks on names, volumes and mounts that the rule could break.
-fn check_volumes_and_names(spec: &Value) {
-    let volumes: Vec<&str> = spec["volumes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v["name"].as_str())
-        .collect();
-    assert_eq!(
-        volumes.iter().collect::<BTreeSet<_>>().len(),
-        volumes.len(),
-        "duplicate volume names: {volumes:?}"
-    );
-    let containers = all_containers(spec);
-    let names: BTreeSet<&str> = containers
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    assert_eq!(names.len(), containers.len(), "duplicate container names");
-    for container in containers {
-        let mut paths = BTreeSet::new();
-        for (volume, path) in mounts(container) {
-            assert!(
-                volumes.contains(&volume.as_str()),
-                "{}: mount of unknown volume {volume}",
-                container["name"]
-            );
-            assert!(
-                paths.insert(path.trim_end_matches('/').to_string()),
-                "{}: two mounts at {path}",
-                container["name"]
-            );
-        }
+async fn admit(server: &Server, object: &Value) -> Admitted {
+    let name = object["metadata"]["name"].as_str().unwrap_or("x");
+    let answer = mutate_h2(server, &create_review(name, object, "ci")).await;
+    let object =
+        k8s_rules::apply_patch_as_api_server(object, answer.patch.as_deref().unwrap_or(&[]))
+            .unwrap_or_else(|e| panic!("{e}"));
+    for warning in &answer.warnings {
+        assert!(warning.chars().count() <= 256, "{warning}");
     }
+    Admitted {
+        object,
+        patched: answer.patch.is_some(),
+        warnings: answer.warnings,
+    }
+}
+
+/// The API's rules (node affinity, resources, tolerations; names, volumes, mounts, probes).
+fn assert_valid(object: &Value) {
+    let errors = k8s_rules::validate_object(object);
+    assert!(errors.is_empty(), "{errors:#?}\n{object:#}");
+    let spec = k8s_rules::pod_spec_of(object).expect("a pod spec");
+    let errors = api_errors(spec);
+    assert!(errors.is_empty(), "{errors:#?}\n{object:#}");
+}
+
+/// The repaired object sent again as a CREATE: nothing more to do.
+async fn assert_idempotent(server: &Server, object: &Value) {
+    let again = admit(server, object).await;
+    assert!(
+        !again.patched,
+        "a second pass patched again: {:#}",
+        again.object
+    );
+}
+
+/// The input as the API server stores it without podmend: defaulted.
+fn defaulted(object: &Value) -> Value {
+    let mut object = object.clone();
+    k8s_rules::apply_pod_defaults(&mut object);
+    object
+}
+
+/// The dind-rm lines among the warnings.
+fn dind_warnings(admitted: &Admitted) -> Vec<&str> {
+    admitted
+        .warnings
+        .iter()
+        .filter_map(|w| w.strip_prefix("podmend dind-rm: "))
+        .collect()
 }
 
 struct Case {
     fixture: &'static str,
-    /// Containers that must get `DOCKER_HOST`, in pod order.
-    clients: &'static [&'static str],
-    upstream: &'static str,
-    /// The guard's mounts besides its own socket volume.
+    daemon: &'static str,
+    listen: &'static [&'static str],
+    /// The guard's mounts, in order.
     guard_mounts: &'static [(&'static str, &'static str)],
-    /// The volume of the node's Docker socket that the clients must lose.
-    host_socket: Option<&'static str>,
+    /// The daemon's command and args after the rewrite, as one argv.
+    daemon_argv: &'static [&'static str],
+    tls_certdir: Option<&'static str>,
 }
+
+const ARGO_EMISSARY: [&str; 9] = [
+    "/var/run/argo/argoexec",
+    "emissary",
+    "--loglevel",
+    "info",
+    "--log-format",
+    "text",
+    "--gloglevel",
+    "0",
+    "--",
+];
 
 const CASES: &[Case] = &[
     Case {
         fixture: "jenkins-k8s-plugin-example-dind-pod-template.yaml",
-        clients: &["docker"],
-        upstream: "unix:///var/run/docker.sock",
-        guard_mounts: &[("docker-socket", "/var/run")],
-        host_socket: None,
+        daemon: "docker-daemon",
+        listen: &["unix:///var/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("docker-socket", "/var/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE],
+        tls_certdir: None,
     },
     Case {
-        fixture: "jenkins-k8s-plugin-example-dood-pod-template.yaml",
-        clients: &["docker"],
-        upstream: "unix:///var/run/docker.sock",
-        guard_mounts: &[("dockersock", "/var/run/docker.sock")],
-        host_socket: Some("dockersock"),
+        fixture: "jenkins-k8s-plugin-agent-pod-dind-reconstructed.yaml",
+        daemon: "docker-daemon",
+        listen: &["unix:///var/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("docker-socket", "/var/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE],
+        tls_certdir: None,
     },
     Case {
         fixture: "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
-        clients: &["init-dind-externals", "runner"],
-        upstream: "unix:///var/run/docker.sock",
-        guard_mounts: &[("dind-sock", "/var/run")],
-        host_socket: None,
+        daemon: "dind",
+        listen: &["unix:///var/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("dind-sock", "/var/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+        tls_certdir: None,
+    },
+    Case {
+        fixture: "arc-gha-runner-scale-set-values-0041559-dind-native-sidecar-template.yaml",
+        daemon: "dind",
+        listen: &["unix:///var/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("dind-sock", "/var/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+        tls_certdir: None,
     },
     Case {
         fixture: "arc-legacy-summerwind-runner-pod-docker-dind-sidecar-reconstructed.yaml",
-        clients: &["runner"],
-        upstream: "unix:///run/docker.sock",
-        guard_mounts: &[("var-run", "/run")],
-        host_socket: None,
+        daemon: "docker",
+        listen: &["unix:///run/docker.sock"],
+        guard_mounts: &[("var-run", "/run"), ("podmend-daemon", "/podmend/daemon")],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+        tls_certdir: None,
+    },
+    Case {
+        fixture: "argo-workflows-sidecar-dind-pod-reconstructed.yaml",
+        daemon: "dind",
+        listen: &["tcp://0.0.0.0:2375"],
+        guard_mounts: &[("podmend-daemon", "/podmend/daemon")],
+        daemon_argv: &[
+            ARGO_EMISSARY[0],
+            ARGO_EMISSARY[1],
+            ARGO_EMISSARY[2],
+            ARGO_EMISSARY[3],
+            ARGO_EMISSARY[4],
+            ARGO_EMISSARY[5],
+            ARGO_EMISSARY[6],
+            ARGO_EMISSARY[7],
+            ARGO_EMISSARY[8],
+            "dockerd-entrypoint.sh",
+            "dockerd",
+            PRIVATE,
+        ],
+        tls_certdir: None,
+    },
+    Case {
+        fixture: "gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml",
+        daemon: "svc-0",
+        listen: &["tcp://0.0.0.0:2376"],
+        guard_mounts: &[
+            ("podmend-certs", "/certs"),
+            ("podmend-daemon", "/podmend/daemon"),
+            ("docker-certs", "/certs/client"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE],
+        tls_certdir: Some("/certs"),
+    },
+    Case {
+        fixture: "tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml",
+        daemon: "sidecar-server",
+        listen: &["tcp://0.0.0.0:2376"],
+        guard_mounts: &[
+            ("podmend-certs", "/certs"),
+            ("podmend-daemon", "/podmend/daemon"),
+            ("dind-certs", "/certs/client"),
+        ],
+        daemon_argv: &[
+            "dockerd",
+            PRIVATE,
+            "--storage-driver=vfs",
+            "--userland-proxy=false",
+            "--debug",
+        ],
+        tls_certdir: Some("/certs"),
     },
 ];
 
-#[test]
-fn every_dind_fixture_gets_a_guard_between_its_clients_and_its_daemon() {
+#[tokio::test]
+async fn every_dind_ci_pod_gets_the_guard_where_its_daemon_stood_and_its_clients_as_they_were() {
+    let server = Server::start(Options::default());
     let mut repaired = Vec::new();
     for (i, case) in CASES.iter().enumerate() {
-        let pod = pod_from_fixture(case.fixture, &format!("dind-{i}"));
-        let outcome = review(&pod);
-        let finding = outcome
-            .findings
-            .iter()
-            .find(|f| f.rule == "dind-rm")
-            .unwrap_or_else(|| panic!("{}: no dind-rm finding", case.fixture));
-        assert_eq!(finding.mode, Mode::Enforce);
-        assert!(
-            finding.messages.iter().all(|m| m.chars().count() <= 120),
-            "{:?}",
-            finding.messages
-        );
-        assert!(!outcome.patch.is_empty(), "{}", case.fixture);
-        let patched = apply(&pod, &outcome.patch);
-        let spec = &patched["spec"];
         let context = case.fixture;
+        let pod = fixture_pod(case.fixture, &format!("dind-{i}"));
+        let admitted = admit(&server, &pod).await;
+        assert!(admitted.patched, "{context}");
+        let spec = &admitted.object["spec"];
+        let before = defaulted(&pod);
 
-        // The guard: first init container, a native sidecar, forwarding to the old daemon.
+        // The guard: first of all, a native sidecar, in front of the private socket only.
         assert_eq!(
             spec["initContainers"][0]["name"], GUARD_CONTAINER,
             "{context}"
         );
         let guard = guard(spec);
         assert_eq!(guard["restartPolicy"], "Always", "{context}");
-        assert_eq!(arg_after(guard, "--listen"), GUARD_DOCKER_HOST, "{context}");
-        assert_eq!(arg_after(guard, "--upstream"), case.upstream, "{context}");
-        assert_eq!(arg_after(guard, "--policy"), "rm", "{context}");
-        let mut expected_mounts: Vec<(String, String)> = case
-            .guard_mounts
-            .iter()
-            .map(|(n, p)| (n.to_string(), p.to_string()))
-            .collect();
-        expected_mounts.push((SOCKET_VOLUME.to_string(), SOCKET_DIR.to_string()));
-        let mut guard_mounts = mounts(guard);
-        guard_mounts.sort();
-        expected_mounts.sort();
-        assert_eq!(guard_mounts, expected_mounts, "{context}");
+        let command = guard_command(spec);
+        let listen: Vec<String> = command.listen.iter().map(Address::to_string).collect();
+        assert_eq!(listen, case.listen, "{context}");
+        assert_eq!(
+            command.upstream.to_string(),
+            "unix:///podmend/daemon/docker.sock"
+        );
+        assert_eq!(command.policy, Policy::Collect, "{context}");
+        assert_eq!(
+            command
+                .tls_certdir
+                .as_ref()
+                .map(|d| d.display().to_string()),
+            case.tls_certdir.map(str::to_string),
+            "{context}"
+        );
+        let expected: Vec<(String, String)> =
+            case.guard_mounts.iter().map(|(n, p)| mount(n, p)).collect();
+        assert_eq!(mounts(guard), expected, "{context}");
 
-        // DOCKER_HOST on exactly the clients, each with the guard's socket mounted.
-        let with_docker_host: Vec<&str> = all_containers(spec)
-            .into_iter()
-            .filter(|c| docker_host(c).is_some())
-            .filter_map(|c| c["name"].as_str())
-            .collect();
-        assert_eq!(with_docker_host, case.clients, "{context}");
-        for container in all_containers(spec) {
-            let name = container["name"].as_str().unwrap_or_default();
-            if case.clients.contains(&name) {
-                assert_eq!(docker_host(container), Some(GUARD_DOCKER_HOST), "{context}");
-                assert!(
-                    mounts(container)
-                        .contains(&(SOCKET_VOLUME.to_string(), SOCKET_DIR.to_string())),
-                    "{context}: {name}"
-                );
-                if let Some(host_socket) = case.host_socket {
+        // The daemon: only its argv, its TLS env and the private socket's mount changed.
+        let daemon = container(spec, case.daemon);
+        assert_eq!(argv(daemon), case.daemon_argv, "{context}");
+        assert!(
+            mounts(daemon).contains(&mount("podmend-daemon", "/podmend/daemon")),
+            "{context}"
+        );
+        let original = container(&before["spec"], case.daemon);
+        for field in [
+            "image",
+            "securityContext",
+            "readinessProbe",
+            "startupProbe",
+            "resources",
+        ] {
+            assert_eq!(daemon.get(field), original.get(field), "{context}: {field}");
+        }
+
+        // Everyone else exactly as they were (but for agent-requests' requests): env,
+        // mounts, command.
+        for c in all_containers(spec) {
+            let name = c["name"].as_str().unwrap_or_default();
+            if name == GUARD_CONTAINER || name == case.daemon {
+                continue;
+            }
+            let mut c = c.clone();
+            let mut was = container(&before["spec"], name).clone();
+            for object in [&mut c, &mut was] {
+                object.as_object_mut().map(|o| o.remove("resources"));
+            }
+            assert_eq!(c, was, "{context}: {name}");
+        }
+        // podmend's own volumes are under /podmend, or where the daemon had them.
+        for c in all_containers(spec) {
+            for (volume, path) in mounts(c) {
+                if volume.starts_with("podmend-") && volume != "podmend-certs" {
                     assert!(
-                        mounts(container).iter().all(|(v, _)| v != host_socket),
-                        "{context}: {name} still mounts the host socket"
+                        path.starts_with("/podmend/"),
+                        "{context}: {volume} at {path}"
                     );
                 }
-            } else if name != GUARD_CONTAINER {
-                // The daemon is untouched.
-                let original = all_containers(&pod["spec"])
-                    .into_iter()
-                    .find(|c| c["name"] == name)
-                    .expect("same container before");
-                assert_eq!(container, original, "{context}: {name}");
             }
         }
+        let warnings = dind_warnings(&admitted);
         assert!(
-            spec["volumes"]
-                .as_array()
-                .expect("volumes")
-                .contains(&json!({"name": SOCKET_VOLUME, "emptyDir": {}})),
-            "{context}"
+            warnings.iter().all(|w| !w.contains("bypassed")),
+            "{context}: {warnings:?}"
         );
-        assert_eq!(
-            patched["metadata"]["annotations"][MUTATED_ANNOTATION], "dind-rm",
-            "{context}"
+        assert!(
+            warnings.iter().all(|w| w.chars().count() <= 120),
+            "{warnings:?}"
         );
-        check_volumes_and_names(spec);
-        let errors = common::k8s_rules::validate_pod_spec(spec);
-        assert!(errors.is_empty(), "{context}: {errors:#?}");
-        let errors = common::k8s_rules::validate_object(&patched);
-        assert!(errors.is_empty(), "{context}: {errors:#?}");
-
-        // The API server may call the webhook again: nothing more to do.
-        let again = review(&patched);
-        assert!(again.patch.is_empty(), "{context}: {:?}", again.patch);
-        assert!(again.findings.is_empty(), "{context}: {:?}", again.findings);
-        repaired.push(patched);
+        let mutated = admitted.object["metadata"]["annotations"]["podmend.io/mutated"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            mutated.split(',').any(|rule| rule == "dind-rm"),
+            "{context}: {mutated}"
+        );
+        assert_valid(&admitted.object);
+        assert_idempotent(&server, &admitted.object).await;
+        repaired.push(admitted.object);
     }
-    common::schema::validate_with_schema(&repaired, true).expect("repaired pods pass the schema");
+    validate_with_schema(&repaired, true).expect("repaired pods pass the official schema");
 }
 
-#[test]
-fn the_host_socket_stays_with_the_clients_when_the_rule_only_warns() {
-    let mut config = Config::default();
-    config.rules.dind_rm.mode = Mode::Warn;
-    let pod = pod_from_fixture("jenkins-k8s-plugin-example-dood-pod-template.yaml", "dood");
-    let outcome = review_as(&Engine::new(&config), "", "Pod", &pod);
-    assert!(outcome.patch.is_empty());
-    assert_eq!(outcome.findings.len(), 1);
-    assert_eq!(outcome.findings[0].mode, Mode::Warn);
+#[tokio::test]
+async fn argo_s_bare_docker_host_reaches_the_guard_on_2375_and_the_daemon_no_longer_listens_there()
+{
+    let server = Server::start(Options::default());
+    let pod = fixture("argo-workflows-sidecar-dind-pod-reconstructed.yaml");
+    let admitted = admit(&server, &pod).await;
+    let spec = &admitted.object["spec"];
+    // DOCKER_HOST=127.0.0.1 is tcp://127.0.0.1:2375 to the docker CLI; it stays as it was.
+    let main = container(spec, "main");
+    assert_eq!(env_value(main, "DOCKER_HOST"), Some(&json!("127.0.0.1")));
+    let address = Address::parse_docker_host("127.0.0.1", false).expect("the CLI reads it");
+    let Address::Tcp { port, .. } = address else {
+        panic!("{address}");
+    };
+    let command = guard_command(spec);
     assert!(
-        outcome.findings[0]
-            .messages
-            .iter()
-            .any(|m| m == "moved the host Docker socket mount from docker to podmend-guard"),
+        command.listen.iter().any(
+            |a| matches!(a, Address::Tcp { host, port: p } if host == "0.0.0.0" && *p == port)
+        ),
         "{:?}",
-        outcome.findings[0].messages
+        command.listen
     );
-    // The audit's repair is the same as enforce's.
-    assert_eq!(outcome.repair, review(&pod).patch);
+    // The daemon leaves the entrypoint's TCP branch: `dockerd ...` after the entrypoint.
+    let dind = container(spec, "dind");
+    let after_wrapper: Vec<String> = argv(dind).into_iter().skip(ARGO_EMISSARY.len()).collect();
+    assert_eq!(after_wrapper, ["dockerd-entrypoint.sh", "dockerd", PRIVATE]);
+    assert!(argv(dind).iter().all(|a| !a.contains("tcp://")));
+    assert_valid(&admitted.object);
 }
 
-#[test]
-fn container_mode_appends_the_guard_as_a_plain_container() {
-    let mut config = Config::default();
-    config.rules.dind_rm.sidecar_mode = podmend::config::SidecarMode::Container;
-    let pod = pod_from_fixture(
+#[tokio::test]
+async fn gitlab_s_tls_service_is_served_by_the_guard_on_2376_with_the_tls_tree_in_certs() {
+    let server = Server::start(Options::default());
+    let pod = fixture("gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml");
+    let admitted = admit(&server, &pod).await;
+    let spec = &admitted.object["spec"];
+    let command = guard_command(spec);
+    assert_eq!(
+        command.listen,
+        vec![Address::Tcp {
+            host: "0.0.0.0".into(),
+            port: 2376
+        }]
+    );
+    assert_eq!(command.tls_certdir, Some("/certs".into()));
+    // The pod's IP (the guard's env, from the downward API) and the name clients dial.
+    assert_eq!(command.tls_san, vec!["$(POD_IP)", "docker"]);
+    let guard = guard(spec);
+    assert_eq!(
+        guard["env"],
+        json!([
+            {"name": "PODMEND_OWNER_POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+        ])
+    );
+    // The client certificates' volume at its path, ca/ and server/ in a private directory.
+    assert_eq!(
+        mounts(guard)
+            .into_iter()
+            .filter(|(_, p)| p.starts_with("/certs"))
+            .collect::<Vec<_>>(),
+        vec![
+            mount("podmend-certs", "/certs"),
+            mount("docker-certs", "/certs/client")
+        ]
+    );
+    // The build container keeps its TLS settings; the daemon's are blanked, or dockerd would
+    // turn TLS on from them with files nobody wrote.
+    let build = container(spec, "build");
+    assert_eq!(env_value(build, "DOCKER_TLS_VERIFY"), Some(&json!("1")));
+    assert_eq!(
+        env_value(build, "DOCKER_CERT_PATH"),
+        Some(&json!("/certs/client"))
+    );
+    let svc = container(spec, "svc-0");
+    assert_eq!(env_value(svc, "DOCKER_TLS_VERIFY"), Some(&json!("")));
+    assert_eq!(env_value(svc, "DOCKER_CERT_PATH"), Some(&json!("")));
+    assert_eq!(env_value(svc, "DOCKER_TLS_CERTDIR"), Some(&json!("/certs")));
+    assert_eq!(argv(svc), ["dockerd", PRIVATE]);
+    let warnings = dind_warnings(&admitted);
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("DOCKER_TLS_VERIFY, DOCKER_CERT_PATH of svc-0")),
+        "{warnings:?}"
+    );
+    assert_valid(&admitted.object);
+    assert_idempotent(&server, &admitted.object).await;
+}
+
+#[tokio::test]
+async fn gitlab_s_exported_docker_host_still_reaches_the_guard_and_nothing_else() {
+    let server = Server::start(Options::default());
+    let pod = fixture("gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml");
+    let admitted = admit(&server, &pod).await;
+    let spec = &admitted.object["spec"];
+    // The job script exports every job variable over whatever the pod spec says: the build
+    // container talks to the address in .gitlab-ci.yml, read as the docker CLI reads it.
+    let exported = env_value(container(spec, "build"), "DOCKER_HOST")
+        .and_then(Value::as_str)
+        .expect("DOCKER_HOST");
+    let Ok(Address::Tcp { port, .. }) = Address::parse_docker_host(exported, true) else {
+        panic!("{exported}");
+    };
+    let command = guard_command(spec);
+    assert!(
+        command
+            .listen
+            .iter()
+            .any(|a| matches!(a, Address::Tcp { port: p, .. } if *p == port)),
+        "the guard does not listen on {port}"
+    );
+    // And no container but the guard listens on a TCP port: the daemon's only host is the
+    // private socket, passed after the entrypoint's `dockerd` (so the entrypoint adds none).
+    for c in all_containers(spec) {
+        if c["name"] == GUARD_CONTAINER {
+            continue;
+        }
+        let argv = argv(c);
+        assert!(argv.iter().all(|a| !a.contains("tcp://")), "{argv:?}");
+        if argv.iter().any(|a| a.starts_with("--host")) {
+            assert_eq!(argv, ["dockerd", PRIVATE]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn monitoring_daemon_sets_keep_the_node_s_socket_and_are_told_why() {
+    let server = Server::start(Options::default());
+    for file in [
+        "kubernetes-examples-sysdig-agent-daemonset-host-docker-sock.yaml",
+        "kubernetes-examples-newrelic-agent-daemonset-host-docker-sock.yaml",
+    ] {
+        // The DaemonSet itself: its template is left as it is, with a finding.
+        let daemon_set = fixture(file);
+        let admitted = admit(&server, &daemon_set).await;
+        assert!(!admitted.patched, "{file}");
+        let warnings: Vec<&str> = admitted
+            .warnings
+            .iter()
+            .filter_map(|w| w.strip_prefix("podmend dind-rm would repair: "))
+            .collect();
+        assert_eq!(
+            warnings,
+            [
+                "podmend-guard not injected: a DaemonSet's pods are node agents, not CI (nodeAgents: skip)"
+            ],
+            "{file}: {:?}",
+            admitted.warnings
+        );
+        // The Pods the DaemonSet controller creates: left alone too.
+        let mut pod = fixture_pod(file, "agent");
+        pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "name": "agent", "uid": "9a1b", "controller": true, "blockOwnerDeletion": true}]);
+        let admitted = admit(&server, &pod).await;
+        assert!(!admitted.patched, "{file}");
+        assert_eq!(dind_warnings(&admitted).len(), 1, "{:?}", admitted.warnings);
+        assert_eq!(admitted.object["spec"], defaulted(&pod)["spec"]);
+    }
+    // Outside a DaemonSet, sysdig's socket at /host/var/run/docker.sock still marks a node agent.
+    let pod = fixture_pod(
+        "kubernetes-examples-sysdig-agent-daemonset-host-docker-sock.yaml",
+        "sysdig",
+    );
+    let admitted = admit(&server, &pod).await;
+    assert!(!admitted.patched);
+    assert_eq!(
+        dind_warnings(&admitted),
+        [
+            "left sysdig-agent alone: a node agent (the node's Docker socket at /host/var/run/docker.sock; nodeAgents: skip)"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn node_agents_are_guarded_when_the_config_says_so() {
+    let server = Server::start(Options {
+        config: Some("rules:\n  dind-rm:\n    nodeAgents: guard\n".to_string()),
+        ..Options::default()
+    });
+    let pod = fixture_pod(
+        "kubernetes-examples-newrelic-agent-daemonset-host-docker-sock.yaml",
+        "newrelic",
+    );
+    let admitted = admit(&server, &pod).await;
+    assert!(admitted.patched);
+    let spec = &admitted.object["spec"];
+    assert_eq!(
+        mounts(container(spec, "newrelic"))
+            .into_iter()
+            .filter(|(v, _)| v == "podmend-docker")
+            .collect::<Vec<_>>(),
+        vec![mount("podmend-docker", "/var/run")]
+    );
+    assert_valid(&admitted.object);
+    assert_idempotent(&server, &admitted.object).await;
+}
+
+#[tokio::test]
+async fn tekton_s_digest_pinned_daemon_is_found_by_what_it_runs() {
+    let server = Server::start(Options::default());
+    let pod = fixture("tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml");
+    // Client and daemon share one image: only what the daemon runs tells them apart.
+    let spec = &pod["spec"];
+    assert_eq!(
+        container(spec, "step-client")["image"],
+        container(spec, "sidecar-server")["image"]
+    );
+    let admitted = admit(&server, &pod).await;
+    assert!(admitted.patched);
+    let spec = &admitted.object["spec"];
+    assert_eq!(
+        argv(container(spec, "sidecar-server")),
+        [
+            "dockerd",
+            PRIVATE,
+            "--storage-driver=vfs",
+            "--userland-proxy=false",
+            "--debug"
+        ]
+    );
+    assert_eq!(
+        container(spec, "step-client"),
+        container(&defaulted(&pod)["spec"], "step-client")
+    );
+    // Tekton's own init containers run after the guard, and are no Docker clients.
+    let init: Vec<&str> = spec["initContainers"]
+        .as_array()
+        .expect("init containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(init, [GUARD_CONTAINER, "prepare", "place-scripts"]);
+    assert_valid(&admitted.object);
+    assert_idempotent(&server, &admitted.object).await;
+}
+
+#[tokio::test]
+async fn a_jenkins_agent_with_dind_keeps_the_guard_s_resources_as_dind_rm_set_them() {
+    let server = Server::start(Options::default());
+    let pod = fixture("jenkins-k8s-plugin-agent-pod-dind-reconstructed.yaml");
+    let admitted = admit(&server, &pod).await;
+    let rules = admitted.object["metadata"]["annotations"]["podmend.io/mutated"].clone();
+    assert_eq!(rules, "dind-rm,agent-requests");
+    let spec = &admitted.object["spec"];
+    assert_eq!(
+        guard(spec)["resources"],
+        json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
+    );
+    // agent-requests still zeroed the agent's own container.
+    assert_eq!(container(spec, "jnlp")["resources"]["requests"]["cpu"], "0");
+    assert_valid(&admitted.object);
+    assert_idempotent(&server, &admitted.object).await;
+}
+
+#[tokio::test]
+async fn arc_s_var_run_empty_dir_holds_the_guard_s_socket_and_nothing_of_podmend_is_under_run() {
+    let server = Server::start(Options::default());
+    let pod = fixture_pod(
+        "arc-gha-runner-scale-set-values-0041559-dind-native-sidecar-template.yaml",
+        "runner",
+    );
+    let admitted = admit(&server, &pod).await;
+    let spec = &admitted.object["spec"];
+    let command = guard_command(spec);
+    // The socket the runner (and dind's startupProbe `docker info`) dials is the guard's, in
+    // the shared /var/run emptyDir.
+    assert_eq!(
+        command.listen,
+        vec![Address::Unix("/var/run/docker.sock".into())]
+    );
+    assert!(mounts(guard(spec)).contains(&mount("dind-sock", "/var/run")));
+    // podmend's own paths: none under /run or /var/run, in any container or argument.
+    for c in all_containers(spec) {
+        for (volume, path) in mounts(c) {
+            if volume.starts_with("podmend-") {
+                assert!(
+                    !path.starts_with("/run") && !path.starts_with("/var/run"),
+                    "{path}"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        command.upstream,
+        Address::Unix("/podmend/daemon/docker.sock".into())
+    );
+    // The guard starts before the daemon, whose startup probe goes through it.
+    let init: Vec<&str> = spec["initContainers"]
+        .as_array()
+        .expect("init containers")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(init, [GUARD_CONTAINER, "init-dind-externals", "dind"]);
+    assert_valid(&admitted.object);
+}
+
+#[tokio::test]
+async fn the_node_s_socket_moves_to_the_guard_whose_socket_the_client_finds_at_the_same_path() {
+    let server = Server::start(Options::default());
+    let pod = fixture_pod("jenkins-k8s-plugin-example-dood-pod-template.yaml", "dood");
+    let admitted = admit(&server, &pod).await;
+    let spec = &admitted.object["spec"];
+    let command = guard_command(spec);
+    assert_eq!(
+        command.listen,
+        vec![Address::Unix("/podmend/guard/var-run/docker.sock".into())]
+    );
+    assert_eq!(
+        command.upstream,
+        Address::Unix("/podmend/host/docker.sock".into())
+    );
+    assert_eq!(
+        spec["containers"][0]["volumeMounts"],
+        json!([{"name": "podmend-docker", "mountPath": "/var/run", "subPath": "var-run"}])
+    );
+    assert!(spec["containers"][0].get("env").is_none());
+    assert_eq!(
+        mounts(guard(spec)),
+        vec![
+            mount("podmend-docker", "/podmend/guard"),
+            mount("dockersock", "/podmend/host/docker.sock")
+        ]
+    );
+    assert_valid(&admitted.object);
+    assert_idempotent(&server, &admitted.object).await;
+    validate_with_schema(&[admitted.object], true).expect("schema");
+}
+
+#[tokio::test]
+async fn in_warn_mode_nothing_moves_and_the_warning_says_what_would() {
+    let server = Server::start(Options {
+        config: Some("rules:\n  dind-rm:\n    mode: warn\n".to_string()),
+        ..Options::default()
+    });
+    let pod = fixture_pod("jenkins-k8s-plugin-example-dood-pod-template.yaml", "dood");
+    let admitted = admit(&server, &pod).await;
+    assert!(!admitted.patched);
+    assert!(
+        admitted.warnings.iter().any(|w| w
+            == "podmend dind-rm would repair: moved the node's Docker socket from docker to podmend-guard, whose socket is at the same path"),
+        "{:?}",
+        admitted.warnings
+    );
+}
+
+#[tokio::test]
+async fn container_mode_appends_the_guard_as_a_plain_container() {
+    let server = Server::start(Options {
+        config: Some("rules:\n  dind-rm:\n    sidecarMode: container\n".to_string()),
+        ..Options::default()
+    });
+    let pod = fixture_pod(
         "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
         "arc",
     );
-    let outcome = review_as(&Engine::new(&config), "", "Pod", &pod);
-    let patched = apply(&pod, &outcome.patch);
-    let spec = &patched["spec"];
+    let admitted = admit(&server, &pod).await;
+    let spec = &admitted.object["spec"];
     let containers = spec["containers"].as_array().expect("containers");
+    let last = containers.last().expect("a container");
+    assert_eq!(last["name"], GUARD_CONTAINER);
+    assert!(last.get("restartPolicy").is_none());
     assert_eq!(
-        containers.last().expect("a container")["name"],
-        GUARD_CONTAINER
+        spec["initContainers"],
+        defaulted(&pod)["spec"]["initContainers"]
     );
-    assert!(
-        containers
-            .last()
-            .expect("guard")
-            .get("restartPolicy")
-            .is_none()
-    );
-    // The init container runs before a plain guard exists: it keeps its environment.
-    assert_eq!(spec["initContainers"], pod["spec"]["initContainers"]);
-    check_volumes_and_names(spec);
-    assert!(common::k8s_rules::validate_pod_spec(spec).is_empty());
-    assert!(
-        review_as(&Engine::new(&config), "", "Pod", &patched)
-            .patch
-            .is_empty()
-    );
+    assert_valid(&admitted.object);
+    assert_idempotent(&server, &admitted.object).await;
 }
 
-#[test]
-fn a_jenkins_agent_with_dind_is_repaired_in_one_pass() {
-    // agent-requests zeroes the guard's requests in the same pass, so a reinvocation finds
-    // nothing left to do.
-    let mut pod = pod_from_fixture("jenkins-k8s-plugin-example-dind-pod-template.yaml", "agent");
-    pod["metadata"]["labels"] = json!({"jenkins/label": "dind"});
-    let first = review(&pod);
-    let rules: Vec<&str> = first.findings.iter().map(|f| f.rule).collect();
-    assert_eq!(rules, vec!["dind-rm", "agent-requests"]);
-    let patched = apply(&pod, &first.patch);
-    let guard = guard(&patched["spec"]);
-    assert_eq!(
-        guard["resources"],
-        json!({"requests": {"cpu": "0", "memory": "0"}, "limits": {"cpu": "10m", "memory": "128Mi"}})
-    );
-    let second = review(&patched);
-    assert!(second.patch.is_empty(), "{:?}", second.patch);
-    assert!(common::k8s_rules::validate_object(&patched).is_empty());
-}
-
-#[test]
-fn a_dind_template_is_warned_about_and_the_audit_repair_is_valid() {
-    let pod = pod_from_fixture(
+#[tokio::test]
+async fn a_dind_template_is_warned_about_and_its_audit_repair_is_valid() {
+    let server = Server::start(Options::default());
+    let pod = fixture_pod(
         "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
         "runner",
     );
@@ -372,51 +692,94 @@ fn a_dind_template_is_warned_about_and_the_audit_repair_is_valid() {
         "metadata": {"name": "runner", "namespace": "ci"},
         "spec": {"selector": {"matchLabels": {"app": "runner"}},
             "template": {"metadata": {"labels": {"app": "runner"}}, "spec": pod["spec"]}}});
-    let outcome = review_as(&engine(), "apps", "Deployment", &deployment);
-    assert!(outcome.patch.is_empty());
-    assert_eq!(outcome.findings.len(), 1);
-    assert_eq!(outcome.findings[0].mode, Mode::Warn);
-    let repaired = apply(&deployment, &outcome.repair);
-    let spec = &repaired["spec"]["template"]["spec"];
-    assert_eq!(
-        arg_after(guard(spec), "--upstream"),
-        "unix:///var/run/docker.sock"
+    let admitted = admit(&server, &deployment).await;
+    assert!(!admitted.patched);
+    assert!(
+        admitted
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("podmend dind-rm would repair: injected podmend-guard")),
+        "{:?}",
+        admitted.warnings
     );
-    check_volumes_and_names(spec);
-    assert!(common::k8s_rules::validate_object(&repaired).is_empty());
-    common::schema::validate_with_schema(&[repaired], true).expect("schema");
+    // The audit applies the same repair: it passes the API's rules and the schema.
+    let engine = podmend::engine::Engine::new(&podmend::config::Config::default());
+    let subject = podmend::engine::Subject {
+        operation: podmend::engine::Operation::Create,
+        group: "apps",
+        kind: "Deployment",
+        sub_resource: "",
+        namespace: "ci",
+        object: Some(&deployment),
+        old_object: None,
+    };
+    let outcome = engine.review(&subject, &podmend::cluster::StaticCluster::empty());
+    let mut repaired = deployment.clone();
+    json_patch::patch(&mut repaired, &outcome.repair).expect("the repair applies");
+    assert_eq!(
+        guard_command(&repaired["spec"]["template"]["spec"]).listen,
+        vec![Address::Unix("/var/run/docker.sock".into())]
+    );
+    assert_valid(&repaired);
+    validate_with_schema(&[repaired], true).expect("schema");
 }
 
-#[test]
-fn the_policy_annotation_reaches_the_guard_or_turns_the_rule_off() {
-    let mut pod = pod_from_fixture(
+#[tokio::test]
+async fn the_policy_annotation_reaches_the_guard_or_turns_the_rule_off() {
+    let server = Server::start(Options::default());
+    let mut pod = fixture_pod(
         "arc-legacy-summerwind-runner-pod-docker-dind-sidecar-reconstructed.yaml",
         "runner",
     );
-    pod["metadata"]["annotations"] = json!({"podmend.io/dind-policy": "deny"});
-    let patched = apply(&pod, &review(&pod).patch);
-    assert_eq!(arg_after(guard(&patched["spec"]), "--policy"), "deny");
+    pod["metadata"]["annotations"] = json!({"podmend.io/dind-policy": "rm"});
+    let admitted = admit(&server, &pod).await;
+    assert_eq!(guard_command(&admitted.object["spec"]).policy, Policy::Rm);
     pod["metadata"]["annotations"] = json!({"podmend.io/dind-policy": "off"});
-    let outcome = review(&pod);
-    assert!(outcome.patch.is_empty());
-    assert!(outcome.findings.is_empty());
+    let admitted = admit(&server, &pod).await;
+    assert!(!admitted.patched);
+    assert!(dind_warnings(&admitted).is_empty());
 }
 
-#[test]
-fn a_pod_without_docker_gets_no_patch() {
-    let text = std::fs::read_to_string(fixture_path(
-        "admissionreview-v1-pod-create-gke-kube-rs.json",
-    ))
-    .expect("fixture readable");
-    let review_json: Value = serde_json::from_str(&text).expect("JSON");
-    let pod = &review_json["request"]["object"];
-    let outcome = review(pod);
-    assert!(outcome.patch.is_empty(), "{:?}", outcome.patch);
-    assert!(outcome.findings.is_empty(), "{:?}", outcome.findings);
+#[tokio::test]
+async fn fields_podmend_does_not_know_survive_the_repair() {
+    let server = Server::start(Options::default());
+    let mut pod = fixture("gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml");
+    pod["spec"]["futurePodField"] = json!({"keep": true});
+    pod["spec"]["containers"][2]["futureContainerField"] = json!([1, 2]);
+    pod["spec"]["containers"][2]["volumeMounts"][2]["futureMountField"] = json!("x");
+    pod["spec"]["containers"][0]["futureContainerField"] = json!("build");
+    let admitted = admit(&server, &pod).await;
+    assert!(admitted.patched);
+    let spec = &admitted.object["spec"];
+    assert_eq!(spec["futurePodField"], json!({"keep": true}));
+    let svc = container(spec, "svc-0");
+    assert_eq!(svc["futureContainerField"], json!([1, 2]));
+    assert_eq!(
+        svc["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .find(|m| m["name"] == "docker-certs")
+            .expect("the certificates' mount")["futureMountField"],
+        "x"
+    );
+    assert_eq!(container(spec, "build")["futureContainerField"], "build");
+    assert!(guard(spec).get("futureContainerField").is_none());
+}
+
+#[tokio::test]
+async fn a_pod_without_docker_gets_no_patch() {
+    let server = Server::start(Options::default());
+    let review = fixture("admissionreview-v1-pod-create-gke-kube-rs.json");
+    let admitted = admit(&server, &review["request"]["object"]).await;
+    assert!(!admitted.patched);
+    assert!(dind_warnings(&admitted).is_empty());
     // Nor the Jenkins agent as submitted: jnlp only, no daemon, no socket.
-    let agent = yaml_fixture("jenkins-k8s-plugin-agent-pod-default-jnlp-as-submitted-eks.yaml");
+    let agent = fixture("jenkins-k8s-plugin-agent-pod-default-jnlp-as-submitted-eks.yaml");
+    let admitted = admit(&server, &agent).await;
     assert!(
-        review(&agent).findings.iter().all(|f| f.rule != "dind-rm"),
-        "the plain Jenkins agent is not Docker-in-Docker"
+        dind_warnings(&admitted).is_empty(),
+        "{:?}",
+        admitted.warnings
     );
 }

@@ -454,6 +454,16 @@ fn check_repairs(case: &Case) -> Result<Vec<Value>, TestCaseError> {
                 new_errors.is_empty(),
                 "{label}: the repaired object breaks the API's rules: {new_errors:#?}\npatch: {shown_patch}\nresult: {output:#}"
             );
+            // Names, volumes, mounts, probes and the downward API, which the guard adds to.
+            let spec_errors = |object: &Value| {
+                k8s_rules::pod_spec_of(object).map_or_else(Vec::new, common::dind::api_errors)
+            };
+            let (before, after) = (spec_errors(&input), spec_errors(&output));
+            let new_errors = added_errors(&before, &after);
+            prop_assert!(
+                new_errors.is_empty(),
+                "{label}: the repaired pod spec breaks the API's rules: {new_errors:#?}\npatch: {shown_patch}\nresult: {output:#}"
+            );
             let new_errors = limit_range_errors(&output, &limit_range);
             prop_assert!(
                 new_errors.is_empty(),

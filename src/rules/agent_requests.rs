@@ -3,6 +3,7 @@
 //! an explicit `"0"` (an absent request would be defaulted back to the limit) and their
 //! limits stay, so the pod is Burstable, not BestEffort. A namespace LimitRange that forbids
 //! zero (a `min`, a `maxLimitRequestRatio`) gets the smallest request it accepts instead.
+//! The Docker guard `dind-rm` injects (`podmend-guard`) is left as `dind-rm` made it.
 
 use std::collections::BTreeMap;
 
@@ -13,6 +14,7 @@ use serde_json::Value;
 
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::AgentRequestsConfig;
+use crate::dind::GUARD_CONTAINER;
 use crate::quantity::{self, Milli};
 
 /// The rule's id, summary and help (see [`RuleInfo`]).
@@ -81,10 +83,13 @@ impl Rule for AgentRequests {
         // Zeroing then meeting a Pod LimitRange can land where it started: compare at the end.
         let original = spec.clone();
         let mut changed = Changes::default();
-        for container in spec.containers.iter_mut() {
+        // The Docker guard dind-rm injected keeps what podmend gave it: every build context
+        // and image of the pod passes through it, and a throttled guard stalls the pipeline.
+        let own = |c: &Container| c.name != GUARD_CONTAINER;
+        for container in spec.containers.iter_mut().filter(|c| own(c)) {
             self.repair_container(container, &container_ranges, &mut changed);
         }
-        for container in spec.init_containers.iter_mut().flatten() {
+        for container in spec.init_containers.iter_mut().flatten().filter(|c| own(c)) {
             self.repair_container(container, &container_ranges, &mut changed);
         }
         self.meet_pod_limit_ranges(spec, &pod_ranges, &mut changed);
@@ -153,7 +158,11 @@ impl AgentRequests {
                 .map(|c| container_request(c, name))
                 .sum();
             let mut missing = floor - running;
-            for container in spec.containers.iter_mut() {
+            for container in spec
+                .containers
+                .iter_mut()
+                .filter(|c| c.name != GUARD_CONTAINER)
+            {
                 if missing <= 0 {
                     break;
                 }
@@ -608,7 +617,7 @@ mod tests {
     fn agent_meta() -> PodMeta {
         PodMeta {
             labels: BTreeMap::from([("jenkins/label".to_string(), "mypod".to_string())]),
-            annotations: BTreeMap::new(),
+            ..PodMeta::default()
         }
     }
 
@@ -638,6 +647,54 @@ mod tests {
 
     fn with_resources(resources: Value) -> Value {
         json!({"containers": [{"name": "agent", "resources": resources}]})
+    }
+
+    #[test]
+    fn the_docker_guard_keeps_the_resources_dind_rm_gave_it() {
+        let guard = json!({"name": "podmend-guard", "image": "ghcr.io/podmend/podmend",
+            "restartPolicy": "Always",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}});
+        for (list, spec) in [
+            (
+                "initContainers",
+                json!({"initContainers": [guard.clone()],
+                "containers": [{"name": "jnlp", "resources": {"requests": {"cpu": "100m"}}}]}),
+            ),
+            (
+                "containers",
+                json!({"containers": [
+                {"name": "jnlp", "resources": {"requests": {"cpu": "100m"}}}, guard.clone()]}),
+            ),
+        ] {
+            let (after, messages) = repair(spec);
+            let kept = after[list]
+                .as_array()
+                .expect("containers")
+                .iter()
+                .find(|c| c["name"] == "podmend-guard")
+                .expect("guard");
+            assert_eq!(kept["resources"], guard["resources"], "{list}");
+            assert!(
+                messages.iter().all(|m| !m.contains("podmend-guard")),
+                "{messages:?}"
+            );
+            assert_eq!(after["containers"][0]["resources"]["requests"]["cpu"], "0");
+        }
+        // Nor does a Pod LimitRange's floor land on it.
+        let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "300m"}}]));
+        let spec = json!({"containers": [guard.clone(),
+            {"name": "jnlp", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}}]});
+        let (after, _) = run(
+            AgentRequestsConfig::default(),
+            spec,
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(after["containers"][0]["resources"], guard["resources"]);
+        assert_eq!(
+            after["containers"][1]["resources"]["requests"]["cpu"],
+            "200m"
+        );
     }
 
     #[test]
@@ -760,6 +817,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            ..PodMeta::default()
         };
         assert!(rule.is_agent(&meta(&[("kube-cert-agent.pinniped.dev", "v3")], &[])));
         assert!(rule.is_agent(&meta(&[("role", "ci-agent")], &[])));

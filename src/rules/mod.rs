@@ -5,7 +5,7 @@
 //! | rule | effect |
 //! | --- | --- |
 //! | `node-affinity` | `spec.nodeName` → required node affinity on `metadata.name` (+ tolerations for the node's NoSchedule taints) |
-//! | `dind-rm` | pods running a Docker daemon or mounting the node's `docker.sock`: `podmend guard` injected between the docker clients and the daemon, enforcing `docker run --rm` |
+//! | `dind-rm` | pods running a Docker daemon or mounting the node's `docker.sock`: `podmend guard` injected where the daemon stood (the daemon moved to a socket only the guard reaches), collecting what the pod's docker commands leave behind |
 //! | `agent-requests` | agent pods: cpu/memory requests → `"0"` (or the LimitRange floor), limits kept |
 //! | `virtual-node-phase` | opt-in, on `UPDATE pods/status`: phase `Pending` → `Running` on virtual-kubelet nodes when every container runs |
 //!
@@ -25,11 +25,17 @@ use serde_json::Value;
 use crate::cluster::ClusterView;
 use crate::config::{Config, Mode};
 
-/// The labels and annotations that go with a pod spec: the Pod's own, or its template's.
+/// The labels and annotations that go with a pod spec: the Pod's own, or its template's;
+/// and the kind of the controller its pods have.
 #[derive(Debug, Clone, Default)]
 pub struct PodMeta {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
+    /// The kind of the object that controls the pods: for a Pod, its `ownerReferences` entry
+    /// with `controller: true` (`DaemonSet`, `ReplicaSet`, `Job`, a CRD such as `TaskRun`);
+    /// for a template, the workload's own kind (a DaemonSet's template gives `DaemonSet`).
+    /// `None` for a bare Pod or a `PodTemplate`.
+    pub controller_kind: Option<String>,
 }
 
 /// What a rule says of itself, declared once beside its code: everything that lists rules
@@ -110,9 +116,9 @@ pub trait StatusRule: Send + Sync {
     ) -> Vec<String>;
 }
 
-/// Every rule, in the order they run. `dind-rm` runs before `agent-requests` so an agent
-/// pod's injected guard gets zero requests like its other containers in the same pass (after,
-/// the API server's reinvocation would zero them in a second pass: not idempotent).
+/// Every rule, in the order they run. `agent-requests` leaves the guard `dind-rm` injects
+/// alone (every build context and image passes through it: it must not be throttled), so
+/// their order does not change the result.
 pub fn registry(config: &Config) -> Vec<Box<dyn Rule>> {
     vec![
         Box::new(node_affinity::NodeAffinity::new(

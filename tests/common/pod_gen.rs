@@ -579,8 +579,35 @@ fn commands() -> Vec<Option<Value>> {
         ])),
         Some(json!(["sh", "-c", "sleep 3600"])),
         Some(json!(["/usr/local/bin/dockerd"])),
+        // Argo's emissary executor wraps every container's command, a dind sidecar's too.
+        Some(json!([
+            "/var/run/argo/argoexec",
+            "emissary",
+            "--loglevel",
+            "info",
+            "--",
+            "dockerd-entrypoint.sh"
+        ])),
     ]
 }
+
+/// What a container's args may be: dockerd for the dind entrypoint, flags for its default
+/// branch (as Tekton's and GitLab's daemons pass them).
+fn args_options() -> Vec<Option<Value>> {
+    vec![
+        None,
+        Some(json!([
+            "dockerd",
+            "--host=unix:///var/run/docker.sock",
+            "--group=$(DOCKER_GROUP_GID)"
+        ])),
+        Some(json!(["--storage-driver=vfs", "--debug"])),
+        Some(json!(["dockerd", "-H", "tcp://0.0.0.0:2375", "--mtu=1400"])),
+    ]
+}
+
+/// The dind entrypoint's TLS switch: unset (the image's `/certs`), off, on.
+const CERTDIRS: &[Option<&str>] = &[None, Some(""), Some("/certs")];
 
 fn docker_hosts() -> Vec<Value> {
     vec![
@@ -588,6 +615,7 @@ fn docker_hosts() -> Vec<Value> {
         json!({"name": "DOCKER_HOST", "value": "unix:///var/run/docker.sock"}),
         json!({"name": "DOCKER_HOST", "value": "tcp://localhost:2376"}),
         json!({"name": "DOCKER_HOST", "value": "localhost:2375"}),
+        json!({"name": "DOCKER_HOST", "value": "127.0.0.1"}),
         json!({"name": "DOCKER_HOST", "valueFrom": {"configMapKeyRef": {"name": "docker", "key": "host"}}}),
     ]
 }
@@ -615,6 +643,18 @@ fn mount_kinds() -> Vec<(&'static str, &'static str, Value)> {
             "/home/jenkins/agent",
             json!({"name": "workspace", "emptyDir": {"sizeLimit": "1Gi"}}),
         ),
+        // A node agent's fixed path for the node's socket (sysdig).
+        (
+            "host-docker",
+            "/host/var/run/docker.sock",
+            json!({"name": "host-docker", "hostPath": {"path": "/var/run/docker.sock", "type": "Socket"}}),
+        ),
+        // The legacy ARC runner shares /run, not /var/run.
+        (
+            "run",
+            "/run",
+            json!({"name": "run", "emptyDir": {"medium": "Memory"}}),
+        ),
     ]
 }
 
@@ -623,6 +663,8 @@ struct ContainerSketch {
     base: &'static str,
     image: &'static str,
     command: usize,
+    args: usize,
+    certdir: usize,
     docker_host: Option<usize>,
     tls_verify: bool,
     cert_path: bool,
@@ -641,13 +683,24 @@ fn container() -> impl Strategy<Value = ContainerSketch> {
             select(NAME_BASES),
             select(IMAGES),
             0..commands().len(),
+            (
+                prop_oneof![6 => Just(0), 1 => 1..args_options().len()],
+                0..CERTDIRS.len(),
+            ),
             option::weighted(0.3, 0..docker_hosts().len()),
             any::<bool>(),
             any::<bool>(),
             any::<bool>(),
         ),
         (
-            0u8..16,
+            (
+                0u8..16,
+                prop::bool::weighted(0.1),
+                prop::bool::weighted(0.15),
+            )
+                .prop_map(|(common, agent, run)| {
+                    common | u8::from(agent) << 4 | u8::from(run) << 5
+                }),
             any::<bool>(),
             any::<bool>(),
             option::weighted(0.8, resources()),
@@ -656,12 +709,23 @@ fn container() -> impl Strategy<Value = ContainerSketch> {
     )
         .prop_map(
             |(
-                (base, image, command, docker_host, tls_verify, cert_path, other_env),
+                (
+                    base,
+                    image,
+                    command,
+                    (args, certdir),
+                    docker_host,
+                    tls_verify,
+                    cert_path,
+                    other_env,
+                ),
                 (mounts, privileged, sidecar, resources, unknown),
             )| ContainerSketch {
                 base,
                 image,
                 command,
+                args,
+                certdir,
                 docker_host,
                 tls_verify,
                 cert_path,
@@ -690,9 +754,15 @@ impl ContainerSketch {
         if let Some(command) = &commands()[self.command] {
             c.insert("command".into(), command.clone());
         }
+        if let Some(args) = &args_options()[self.args] {
+            c.insert("args".into(), args.clone());
+        }
         let mut env = Vec::new();
         if self.other_env {
             env.push(json!({"name": "JAVA_OPTS", "value": "-Xmx256m"}));
+        }
+        if let Some(certdir) = CERTDIRS[self.certdir] {
+            env.push(json!({"name": "DOCKER_TLS_CERTDIR", "value": certdir}));
         }
         if let Some(host) = self.docker_host {
             env.push(docker_hosts()[host].clone());
@@ -1119,9 +1189,18 @@ struct PodSketch {
     labels: Option<Vec<(&'static str, &'static str)>>,
     annotations: Option<Vec<(&'static str, &'static str)>>,
     mirror: bool,
+    /// A Pod's controller: none, a DaemonSet (node infrastructure), a Job.
+    owner: usize,
     unknown_object: Option<UnknownSketch>,
     unknown_spec: Option<UnknownSketch>,
 }
+
+/// The controlling owners a generated Pod may have.
+const OWNERS: &[Option<(&str, &str)>] = &[
+    None,
+    Some(("apps/v1", "DaemonSet")),
+    Some(("batch/v1", "Job")),
+];
 
 /// Random objects with a pod spec: mostly Pods, sometimes a Deployment or CronJob template.
 pub fn pod_case() -> impl Strategy<Value = PodCase> {
@@ -1153,7 +1232,10 @@ pub fn pod_case() -> impl Strategy<Value = PodCase> {
     let metadata = (
         string_map(label_pool()),
         string_map(annotation_pool()),
-        prop::bool::weighted(0.05),
+        (
+            prop::bool::weighted(0.05),
+            prop_oneof![8 => Just(0), 1 => 1..OWNERS.len()],
+        ),
         option::weighted(0.2, unknown_value()),
         option::weighted(0.2, unknown_value()),
     );
@@ -1174,7 +1256,7 @@ pub fn pod_case() -> impl Strategy<Value = PodCase> {
                 init_containers,
                 (node_name, node_selector, tolerations, affinity, scheduling_gate),
                 (pod_cpu, pod_memory, restart_policy),
-                (labels, annotations, mirror, unknown_object, unknown_spec),
+                (labels, annotations, (mirror, owner), unknown_object, unknown_spec),
             )| {
                 PodSketch {
                     kind,
@@ -1192,6 +1274,7 @@ pub fn pod_case() -> impl Strategy<Value = PodCase> {
                     labels,
                     annotations,
                     mirror,
+                    owner,
                     unknown_object,
                     unknown_spec,
                 }
@@ -1318,6 +1401,13 @@ impl PodSketch {
                 }
                 if let Some(annotations) = annotations {
                     metadata.insert("annotations".into(), Value::Object(annotations));
+                }
+                if let Some((api_version, kind)) = OWNERS[self.owner] {
+                    metadata.insert(
+                        "ownerReferences".into(),
+                        json!([{"apiVersion": api_version, "kind": kind, "name": "owner",
+                            "uid": "5f0c3a9e-1b2d-4c6e-8f7a-9b0c1d2e3f4a", "controller": true}]),
+                    );
                 }
                 json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
             }

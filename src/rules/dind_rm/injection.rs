@@ -1,0 +1,473 @@
+//! Injection: carries out a plan on the pod spec. Builds the guard container from a
+//! [`GuardCommand`] (its args are `GuardCommand::to_args()`), moves the daemon or the node's
+//! socket, adds podmend's volumes, and says what it did. Everything podmend adds is under
+//! `/podmend`, never under `/run` or `/var/run`, which pods mount emptyDirs over.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::detection::all_slots;
+use super::upstream::{
+    DOCKER_CERT_PATH, DOCKER_HOST, DOCKER_TLS_VERIFY, FallbackPlan, HostPlan, Plan, RewritePlan,
+    depth, same_path,
+};
+use super::{names, truncate};
+use crate::config::{DindRmConfig, SidecarMode};
+use crate::dind::{
+    Address, DAEMON_SOCKET, DAEMON_SOCKET_DIR, DAEMON_SOCKET_VOLUME, GUARD_CONTAINER, GUARD_SOCKET,
+    GUARD_SOCKET_DIR, GUARD_SOCKET_VOLUME, GuardCommand, HOST_SOCKET_DIR, OWNER_UID_ENV, Policy,
+};
+
+/// The emptyDir the guard writes its TLS tree in when the daemon's certificate directory is
+/// only partly shared (`ca/` and `server/` stay private, as they were in the daemon).
+pub const CERTS_VOLUME: &str = "podmend-certs";
+/// The guard's port for `/healthz`, `/readyz` and `/metrics`, unless a container of the pod
+/// declares it (then the next free one).
+pub const HEALTH_PORT: u16 = 9797;
+/// The downward-API variable the guard's `--tls-san=$(POD_IP)` refers to.
+pub const POD_IP_ENV: &str = "POD_IP";
+
+/// What the guard is made of besides the plan.
+pub(super) struct GuardSettings<'a> {
+    pub config: &'a DindRmConfig,
+    pub policy: Policy,
+    /// `None` when the pod has pod-level `spec.resources` (see [`super::resources`]).
+    pub resources: Option<ResourceRequirements>,
+}
+
+/// Carries out `plan`; `Err` when podmend's own names are taken (nothing changed then).
+pub(super) fn inject(
+    spec: &mut PodSpec,
+    plan: Plan,
+    settings: &GuardSettings<'_>,
+) -> Result<Vec<String>, String> {
+    check_names_free(spec)?;
+    match plan {
+        Plan::Rewrite(plan) => rewrite(spec, plan, settings),
+        Plan::Host(plan) => host(spec, plan, settings),
+        Plan::Fallback(plan) => fallback(spec, plan, settings),
+        Plan::Nothing => Ok(Vec::new()),
+        Plan::LeaveAlone(message) => Ok(vec![message]),
+    }
+}
+
+/// The volume names podmend adds must be free: a pod's own volume of that name could be
+/// anything (a hostPath).
+fn check_names_free(spec: &PodSpec) -> Result<(), String> {
+    for name in [DAEMON_SOCKET_VOLUME, GUARD_SOCKET_VOLUME, CERTS_VOLUME] {
+        if spec.volumes.iter().flatten().any(|v| v.name == name) {
+            return Err(format!(
+                "{GUARD_CONTAINER} not injected: the pod already has a volume named {name}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn rewrite(
+    spec: &mut PodSpec,
+    plan: RewritePlan,
+    settings: &GuardSettings<'_>,
+) -> Result<Vec<String>, String> {
+    let daemon_name = plan
+        .daemon
+        .get(spec)
+        .map(|c| c.name.clone())
+        .unwrap_or_default();
+    if let Some(daemon) = plan.daemon.get(spec)
+        && let Some(taken) = daemon
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| same_path(&m.mount_path, DAEMON_SOCKET_DIR))
+    {
+        return Err(format!(
+            "{GUARD_CONTAINER} not injected: daemon {daemon_name} already mounts {} at {DAEMON_SOCKET_DIR}",
+            taken.name
+        ));
+    }
+    let mut mounts = vec![mount(DAEMON_SOCKET_VOLUME, DAEMON_SOCKET_DIR)];
+    mounts.extend(plan.mounts.iter().cloned());
+    let mut volumes = vec![empty_dir(DAEMON_SOCKET_VOLUME)];
+    let mut command = GuardCommand::new(
+        plan.listen.clone(),
+        Address::Unix(DAEMON_SOCKET.into()),
+        settings.policy,
+    );
+    if let Some(tls) = &plan.tls {
+        command.tls_certdir = Some(PathBuf::from(&tls.certdir));
+        command.tls_san = tls.sans.clone();
+        if tls.private_dir {
+            mounts.push(mount(CERTS_VOLUME, &tls.certdir));
+            volumes.push(empty_dir(CERTS_VOLUME));
+        }
+    }
+    // The daemon: the private socket only, every other flag kept; its TLS env blanked.
+    if let Some(daemon) = plan.daemon.get_mut(spec) {
+        daemon.command = plan.moved.command.clone();
+        daemon.args = plan.moved.args.clone();
+        for entry in daemon.env.iter_mut().flatten() {
+            if plan.moved.blank_env.contains(&entry.name) {
+                entry.value = Some(String::new());
+                entry.value_from = None;
+            }
+        }
+        daemon
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(mount(DAEMON_SOCKET_VOLUME, DAEMON_SOCKET_DIR));
+    }
+    spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
+    add_guard(spec, command, mounts, settings);
+
+    let tls = plan.tls.as_ref().map_or(String::new(), |tls| {
+        format!(" (TLS, certificates in {})", tls.certdir)
+    });
+    let listen: Vec<String> = plan.listen.iter().map(Address::to_string).collect();
+    let mut messages = vec![
+        format!(
+            "injected {GUARD_CONTAINER} (policy {}) in daemon {daemon_name}'s place: {}{tls}",
+            settings.policy,
+            names(&listen)
+        ),
+        format!(
+            "daemon {daemon_name} now listens only on unix://{DAEMON_SOCKET}, which only {GUARD_CONTAINER} mounts"
+        ),
+    ];
+    if !plan.moved.blank_env.is_empty() {
+        messages.push(format!(
+            "set {} of {daemon_name} to \"\": dockerd turns TLS on from them",
+            plan.moved.blank_env.join(", ")
+        ));
+    }
+    messages.extend(plan.notes);
+    Ok(messages)
+}
+
+fn host(
+    spec: &mut PodSpec,
+    plan: HostPlan,
+    settings: &GuardSettings<'_>,
+) -> Result<Vec<String>, String> {
+    let mut listen: Vec<Address> = Vec::new();
+    let mut client_names: Vec<String> = Vec::new();
+    let mut paths: Vec<String> = Vec::new();
+    for client in &plan.clients {
+        let Some(container) = client.slot.get_mut(spec) else {
+            continue;
+        };
+        let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+        let Some(at) = mounts
+            .iter()
+            .position(|m| m.name == client.mount.name && m.mount_path == client.mount.mount_path)
+        else {
+            continue;
+        };
+        let already = mounts
+            .iter()
+            .any(|m| m.name == GUARD_SOCKET_VOLUME && same_path(&m.mount_path, &client.dir));
+        if already {
+            mounts.remove(at);
+        } else {
+            // The guard's socket directory where the socket's directory was; the socket in
+            // it is the guard's, at the path the client used.
+            mounts[at] = VolumeMount {
+                name: GUARD_SOCKET_VOLUME.to_string(),
+                mount_path: client.dir.clone(),
+                sub_path: Some(client.sub_path.clone()),
+                read_only: client.mount.read_only,
+                ..VolumeMount::default()
+            };
+        }
+        let socket = Address::Unix(
+            format!(
+                "{GUARD_SOCKET_DIR}/{}/{}",
+                client.sub_path, client.socket_name
+            )
+            .into(),
+        );
+        if !listen.contains(&socket) {
+            listen.push(socket);
+        }
+        if !client_names.contains(&container.name) {
+            client_names.push(container.name.clone());
+        }
+        let path = client.mount.mount_path.trim_end_matches('/').to_string();
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+    }
+    let upstream = format!("{HOST_SOCKET_DIR}/docker.sock");
+    let mounts = vec![
+        mount(GUARD_SOCKET_VOLUME, GUARD_SOCKET_DIR),
+        mount(&plan.volume, &upstream),
+    ];
+    spec.volumes
+        .get_or_insert_with(Vec::new)
+        .push(empty_dir(GUARD_SOCKET_VOLUME));
+    let command = GuardCommand::new(listen, Address::Unix(upstream.into()), settings.policy);
+    add_guard(spec, command, mounts, settings);
+    Ok(vec![
+        format!(
+            "injected {GUARD_CONTAINER} (policy {}) in front of the node's Docker socket, at {} of {}",
+            settings.policy,
+            names(&paths),
+            names(&client_names)
+        ),
+        format!(
+            "moved the node's Docker socket from {} to {GUARD_CONTAINER}, whose socket is at the same path",
+            names(&client_names)
+        ),
+    ])
+}
+
+fn fallback(
+    spec: &mut PodSpec,
+    plan: FallbackPlan,
+    settings: &GuardSettings<'_>,
+) -> Result<Vec<String>, String> {
+    let guard_host = format!("unix://{GUARD_SOCKET}");
+    let mut client_names = Vec::new();
+    let mut unplugged = Vec::new();
+    for slot in &plan.clients {
+        let Some(client) = slot.get(spec) else {
+            continue;
+        };
+        if let Some(taken) =
+            client.volume_mounts.iter().flatten().find(|m| {
+                m.name != GUARD_SOCKET_VOLUME && same_path(&m.mount_path, GUARD_SOCKET_DIR)
+            })
+        {
+            return Err(format!(
+                "{GUARD_CONTAINER} not injected: {} already mounts {} at {GUARD_SOCKET_DIR}",
+                client.name, taken.name
+            ));
+        }
+    }
+    for slot in &plan.clients {
+        let Some(client) = slot.get_mut(spec) else {
+            continue;
+        };
+        point_at_guard(client, &guard_host);
+        if let Some(volume) = &plan.host_volume {
+            let mounts = client.volume_mounts.get_or_insert_with(Vec::new);
+            let before = mounts.len();
+            mounts.retain(|m| m.name != *volume);
+            if mounts.len() != before {
+                unplugged.push(client.name.clone());
+            }
+        }
+        client_names.push(client.name.clone());
+    }
+    let mut mounts = vec![mount(GUARD_SOCKET_VOLUME, GUARD_SOCKET_DIR)];
+    mounts.extend(plan.mounts.iter().cloned());
+    if let Some(volume) = &plan.host_volume {
+        mounts.push(mount(volume, &format!("{HOST_SOCKET_DIR}/docker.sock")));
+    }
+    spec.volumes
+        .get_or_insert_with(Vec::new)
+        .push(empty_dir(GUARD_SOCKET_VOLUME));
+    let mut command = GuardCommand::new(
+        vec![Address::Unix(GUARD_SOCKET.into())],
+        plan.upstream.clone(),
+        settings.policy,
+    );
+    command.upstream_cert_path = plan.cert_path.as_ref().map(PathBuf::from);
+    add_guard(spec, command, mounts, settings);
+
+    let tls = if plan.cert_path.is_some() {
+        " (TLS)"
+    } else {
+        ""
+    };
+    let clients = if client_names.len() == 1 {
+        format!("docker client {}", client_names[0])
+    } else {
+        format!("{} docker clients", client_names.len())
+    };
+    let mut messages = vec![format!(
+        "injected {GUARD_CONTAINER} (policy {}) between {clients} and {}{tls}",
+        settings.policy, plan.upstream
+    )];
+    if unplugged.is_empty() {
+        messages.push(format!(
+            "{GUARD_CONTAINER} can be bypassed, because {}",
+            plan.reason
+        ));
+    } else {
+        messages.push(format!(
+            "moved the node's Docker socket from {} to {GUARD_CONTAINER}",
+            names(&unplugged)
+        ));
+        messages.push(format!(
+            "clients reach {GUARD_CONTAINER} only by DOCKER_HOST, because {}",
+            plan.reason
+        ));
+    }
+    messages.extend(plan.notes);
+    Ok(messages)
+}
+
+/// Sets `DOCKER_HOST` to the guard (in place of the one the container had) and drops the TLS
+/// settings, which were for the daemon; mounts the guard's socket.
+fn point_at_guard(container: &mut Container, guard_host: &str) {
+    let env = container.env.get_or_insert_with(Vec::new);
+    let docker_host = EnvVar {
+        name: DOCKER_HOST.to_string(),
+        value: Some(guard_host.to_string()),
+        value_from: None,
+    };
+    match env.iter().position(|e| e.name == DOCKER_HOST) {
+        Some(i) => env[i] = docker_host,
+        None => env.push(docker_host),
+    }
+    let mut seen = false;
+    env.retain(|e| match e.name.as_str() {
+        DOCKER_HOST => !std::mem::replace(&mut seen, true),
+        DOCKER_TLS_VERIFY | DOCKER_CERT_PATH => false,
+        _ => true,
+    });
+    let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+    if !mounts
+        .iter()
+        .any(|m| same_path(&m.mount_path, GUARD_SOCKET_DIR))
+    {
+        mounts.push(mount(GUARD_SOCKET_VOLUME, GUARD_SOCKET_DIR));
+    }
+}
+
+/// Builds the guard and puts it first among the init containers (a native sidecar: every
+/// later container starts once its startup probe passed) or last among the containers.
+fn add_guard(
+    spec: &mut PodSpec,
+    mut command: GuardCommand,
+    mut mounts: Vec<VolumeMount>,
+    settings: &GuardSettings<'_>,
+) {
+    let config = settings.config;
+    let port = health_port(spec, &command.listen);
+    command.min_age = config.min_age;
+    command.max_exited = config.max_exited;
+    command.health_listen = Some(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)));
+    // Parents before children: a mount at /certs must not hide the one at /certs/client.
+    mounts.sort_by_key(|m| depth(&m.mount_path));
+    let probe = |path: &str, period: i32, failures: i32| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_string()),
+            port: IntOrString::Int(i32::from(port)),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        ..Probe::default()
+    };
+    let native = config.sidecar_mode == SidecarMode::Native;
+    let guard = Container {
+        name: GUARD_CONTAINER.to_string(),
+        image: Some(config.guard_image.clone()),
+        args: Some(command.to_args()),
+        env: Some(vec![
+            downward(OWNER_UID_ENV, "metadata.uid"),
+            downward(POD_IP_ENV, "status.podIP"),
+        ]),
+        volume_mounts: Some(mounts),
+        resources: settings.resources.clone(),
+        // Listeners bound and the TLS tree written: later containers may start.
+        startup_probe: Some(probe("/healthz", 1, 60)),
+        // The daemon answers.
+        readiness_probe: Some(probe("/readyz", 5, 3)),
+        security_context: Some(security_context()),
+        restart_policy: native.then(|| "Always".to_string()),
+        ..Container::default()
+    };
+    match config.sidecar_mode {
+        SidecarMode::Native => spec
+            .init_containers
+            .get_or_insert_with(Vec::new)
+            .insert(0, guard),
+        SidecarMode::Container => spec.containers.push(guard),
+    }
+}
+
+/// Root, with every capability dropped: dockerd creates its socket root-owned with mode 0660
+/// (group `docker`, which docker:dind images lack, or ARC's `--group`), and the node's socket
+/// is root's with the node's docker group; as their owner, uid 0 opens both without any
+/// capability, whatever the group. No privilege escalation, a read-only root filesystem.
+fn security_context() -> SecurityContext {
+    SecurityContext {
+        run_as_user: Some(0),
+        run_as_group: Some(0),
+        run_as_non_root: Some(false),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities {
+            add: None,
+            drop: Some(vec!["ALL".to_string()]),
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_string(),
+            localhost_profile: None,
+        }),
+        ..SecurityContext::default()
+    }
+}
+
+/// [`HEALTH_PORT`], or the next port no container of the pod declares and the guard does not
+/// listen on.
+fn health_port(spec: &PodSpec, listen: &[Address]) -> u16 {
+    let taken = |port: u16| {
+        all_slots(spec).iter().any(|(_, c)| {
+            c.ports
+                .iter()
+                .flatten()
+                .any(|p| p.container_port == i32::from(port))
+        }) || listen
+            .iter()
+            .any(|a| matches!(a, Address::Tcp { port: p, .. } if *p == port))
+    };
+    (HEALTH_PORT..u16::MAX)
+        .find(|&port| !taken(port))
+        .unwrap_or(HEALTH_PORT)
+}
+
+fn downward(name: &str, field: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: field.to_string(),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.to_string(),
+        mount_path: path.to_string(),
+        ..VolumeMount::default()
+    }
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.to_string(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+/// Keeps messages short (≤ 120 characters).
+pub(super) fn shorten(messages: Vec<String>) -> Vec<String> {
+    messages.into_iter().map(truncate).collect()
+}

@@ -1,0 +1,205 @@
+//! `dind-rm`: containers a pod's `docker run` leaves on a Docker daemon in the pod (a dind
+//! sidecar) or on the node (a hostPath `docker.sock`) outlive the pod, pin images and fill the
+//! node's disk, and Kubernetes never sees them. This rule puts `podmend guard`, a Docker API
+//! proxy that collects what the pod leaves behind, where the daemon stood. It only changes
+//! the pod; the guard itself is `podmend guard` (`crate::guard`), and the command line between
+//! them is the contract in `crate::dind`.
+//!
+//! - [`detection`]: daemons (by what they run), clients, node agents, the node's socket.
+//! - [`daemon`]: what a daemon container serves, and its command moved to the private socket.
+//! - [`upstream`]: where the guard stands: the daemon's place, the node socket's, or (when
+//!   neither can be done safely) in front of what clients used, reached by `DOCKER_HOST`.
+//! - [`injection`]: the guard container and the changes to the pod.
+//! - [`resources`]: the guard's requests and limits within the namespace's LimitRanges.
+
+mod daemon;
+mod detection;
+mod injection;
+mod resources;
+mod upstream;
+
+use k8s_openapi::api::core::v1::{LimitRangeItem, PodSpec};
+use serde_json::Value;
+
+pub use detection::glob_match;
+pub use injection::{CERTS_VOLUME, HEALTH_PORT, POD_IP_ENV};
+
+use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
+use crate::config::DindRmConfig;
+use crate::dind::{GUARD_CONTAINER, POLICY_ANNOTATION, Policy, is_docker_image};
+use injection::GuardSettings;
+use upstream::Plan;
+
+/// The rule's id, summary and help (see [`RuleInfo`]).
+pub const INFO: RuleInfo = RuleInfo {
+    id: "dind-rm",
+    summary: "Containers a Docker-in-Docker pod's docker commands leave behind outlive it on the \
+              daemon, pin images and fill the node's disk; podmend puts its Docker guard where \
+              the daemon stood, and the guard collects them.",
+    help: "remove the containers a job starts (docker run --rm, docker rm), or set the pod's \
+         podmend.io/dind-policy annotation; prefer a dind sidecar to the node's docker.sock",
+};
+/// The rule's id.
+pub const ID: &str = INFO.id;
+
+const MAX_MESSAGE: usize = 120;
+
+pub struct DindRm {
+    config: DindRmConfig,
+}
+
+impl DindRm {
+    pub fn new(config: DindRmConfig) -> Self {
+        Self { config }
+    }
+
+    /// Whether `image` (a digest is ignored) matches one of the configured daemon images.
+    pub fn is_daemon_image(&self, image: &str) -> bool {
+        detection::is_daemon_image(&self.config, image)
+    }
+
+    /// The policy for this pod: `None` when the annotation turns the rule off; a note when the
+    /// annotation holds a value podmend does not know.
+    fn policy(&self, meta: &PodMeta) -> Option<(Policy, Option<String>)> {
+        let Some(value) = meta.annotations.get(POLICY_ANNOTATION) else {
+            return Some((self.config.policy, None));
+        };
+        let value = value.trim().to_ascii_lowercase();
+        if value == "off" {
+            return None;
+        }
+        Some(match Policy::parse(&value) {
+            Some(policy) => (policy, None),
+            None => (
+                self.config.policy,
+                Some(format!(
+                    "{POLICY_ANNOTATION} {value:?} is not {} or off: using policy {}",
+                    Policy::names(),
+                    self.config.policy.as_str()
+                )),
+            ),
+        })
+    }
+}
+
+impl Rule for DindRm {
+    fn info(&self) -> &'static RuleInfo {
+        &INFO
+    }
+
+    fn modes(&self) -> Modes {
+        Modes {
+            pods: self.config.mode,
+            templates: self.config.templates,
+        }
+    }
+
+    fn may_apply(&self, raw_spec: &Value, meta: &PodMeta) -> bool {
+        if self.policy(meta).is_none() {
+            return false;
+        }
+        let containers: Vec<&Value> = ["containers", "initContainers"]
+            .iter()
+            .filter_map(|list| raw_spec.get(list).and_then(Value::as_array))
+            .flatten()
+            .collect();
+        if containers
+            .iter()
+            .any(|c| c.get("name").and_then(Value::as_str) == Some(GUARD_CONTAINER))
+        {
+            return false;
+        }
+        let docker = containers.iter().any(|c| {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            is_docker_image(image)
+                || detection::is_daemon_image(&self.config, image)
+                || detection::raw_runs_daemon(c)
+        });
+        docker
+            || raw_spec
+                .get("volumes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.pointer("/hostPath/path").and_then(Value::as_str))
+                .any(detection::is_host_docker_socket)
+    }
+
+    fn repair(&self, spec: &mut PodSpec, meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String> {
+        let Some((policy, policy_note)) = self.policy(meta) else {
+            return Vec::new();
+        };
+        if detection::all_slots(spec)
+            .iter()
+            .any(|(_, c)| c.name == GUARD_CONTAINER)
+        {
+            return Vec::new();
+        }
+        let survey = detection::survey(&self.config, spec, meta);
+        if !survey.has_docker() {
+            return Vec::new();
+        }
+        if survey.daemon_set {
+            return vec![truncate(format!(
+                "{GUARD_CONTAINER} not injected: a DaemonSet's pods are node agents, not CI (nodeAgents: skip)"
+            ))];
+        }
+        let agents: Vec<String> = survey
+            .agents
+            .iter()
+            .map(|(name, path)| {
+                truncate(format!(
+                    "left {name} alone: a node agent (the node's Docker socket at {path}; nodeAgents: skip)"
+                ))
+            })
+            .collect();
+        let plan = upstream::plan(&self.config, spec, &survey);
+        let injecting = matches!(plan, Plan::Rewrite(_) | Plan::Host(_) | Plan::Fallback(_));
+        let limit_ranges: Vec<LimitRangeItem> = cx
+            .cluster
+            .limit_range_items(cx.namespace)
+            .into_iter()
+            .filter(|item| item.type_ == "Container")
+            .collect();
+        // With pod-level `spec.resources` the guard shares the pod's budget, as containers
+        // there may: its requests would raise the containers' aggregate above the pod's
+        // request, and the API would reject the pod.
+        let settings = GuardSettings {
+            config: &self.config,
+            policy,
+            resources: spec
+                .resources
+                .is_none()
+                .then(|| resources::guard_resources(&limit_ranges)),
+        };
+        let mut messages = match injection::inject(spec, plan, &settings) {
+            Ok(messages) => messages,
+            Err(message) => vec![message],
+        };
+        messages.extend(agents);
+        if injecting {
+            messages.extend(policy_note);
+        }
+        injection::shorten(messages)
+    }
+}
+
+/// Up to three names, then how many more.
+pub(super) fn names(list: &[String]) -> String {
+    match list.len() {
+        0..=3 => list.join(", "),
+        n => format!("{} and {} more", list[..2].join(", "), n - 2),
+    }
+}
+
+pub(super) fn truncate(message: String) -> String {
+    if message.chars().count() <= MAX_MESSAGE {
+        return message;
+    }
+    let mut short: String = message.chars().take(MAX_MESSAGE - 1).collect();
+    short.push('…');
+    short
+}
+
+#[cfg(test)]
+mod tests;

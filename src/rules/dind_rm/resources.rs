@@ -1,0 +1,121 @@
+//! The guard's resources: every build context and image a pod's docker commands send passes
+//! through it, so it gets a real cpu request and no cpu limit (a limit would throttle the
+//! pipeline, not protect the node), a memory request and a memory limit; all moved into the
+//! namespace's Container LimitRanges, which LimitRanger enforces after the webhook.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{LimitRangeItem, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::super::agent_requests::{format_quantity, is_byte_resource, limit_range_floor};
+use crate::quantity::{self, Milli};
+
+/// The guard's own requests and limits: (resource, request, limit).
+pub(super) const GUARD_RESOURCES: [(&str, &str, Option<&str>); 2] =
+    [("cpu", "100m", None), ("memory", "64Mi", Some("256Mi"))];
+
+/// [`GUARD_RESOURCES`] moved into the namespace's Container LimitRanges: a limit no higher
+/// than a `max`, and one wherever a `maxLimitRequestRatio` needs it; a request no lower than
+/// a `min` or than the ratio allows.
+pub(super) fn guard_resources(limit_ranges: &[LimitRangeItem]) -> ResourceRequirements {
+    let mut requests = BTreeMap::new();
+    let mut limits = BTreeMap::new();
+    for (name, own_request, own_limit) in GUARD_RESOURCES {
+        let tightest = |field: fn(&LimitRangeItem) -> Option<&BTreeMap<String, Quantity>>| {
+            limit_ranges
+                .iter()
+                .filter_map(|item| field(item)?.get(name))
+                .filter_map(|q| quantity::parse_milli(&q.0))
+                .min()
+        };
+        let max = tightest(|item| item.max.as_ref());
+        let ratio = tightest(|item| item.max_limit_request_ratio.as_ref());
+        let own_request_milli = quantity::parse_milli(own_request).unwrap_or(0);
+        let own_limit_milli = own_limit.and_then(quantity::parse_milli);
+        let mut request = own_request_milli.max(limit_range_floor(name, None, limit_ranges));
+        let mut limit = own_limit_milli.map(|l| l.max(request));
+        if let Some(max) = max {
+            limit = Some(limit.map_or(max, |l| l.min(max)));
+        }
+        if let (None, Some(ratio)) = (limit, ratio) {
+            let widest = request.saturating_mul(ratio) / 1000;
+            limit = Some(if is_byte_resource(name) {
+                widest / 1000 * 1000
+            } else {
+                widest
+            });
+        }
+        request = request.max(limit_range_floor(name, limit, limit_ranges));
+        if let Some(limit) = limit {
+            request = request.min(limit);
+        }
+        let spelled = |milli: Milli, own: &str, own_milli: Option<Milli>| {
+            Quantity(if own_milli == Some(milli) {
+                own.to_string()
+            } else {
+                format_quantity(name, milli)
+            })
+        };
+        requests.insert(
+            name.to_string(),
+            spelled(request, own_request, Some(own_request_milli)),
+        );
+        if let Some(limit) = limit {
+            limits.insert(
+                name.to_string(),
+                spelled(limit, own_limit.unwrap_or(""), own_limit_milli),
+            );
+        }
+    }
+    ResourceRequirements {
+        requests: Some(requests),
+        limits: Some(limits),
+        ..ResourceRequirements::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn without_a_limit_range_the_guard_gets_its_own_resources() {
+        let resources = serde_json::to_value(guard_resources(&[])).expect("serializes");
+        assert_eq!(
+            resources,
+            json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
+        );
+    }
+
+    #[test]
+    fn the_guard_resources_meet_the_namespace_limit_range() {
+        let items: Vec<LimitRangeItem> = serde_json::from_value(json!([
+            {"type": "Container", "min": {"cpu": "200m", "memory": "100Mi"}, "max": {"memory": "200Mi"}},
+            {"type": "Container", "maxLimitRequestRatio": {"cpu": "4"}}
+        ]))
+        .expect("items");
+        let resources = serde_json::to_value(guard_resources(&items)).expect("serializes");
+        assert_eq!(
+            resources,
+            json!({"requests": {"cpu": "200m", "memory": "104857600"},
+                "limits": {"cpu": "800m", "memory": "209715200"}})
+        );
+    }
+
+    #[test]
+    fn a_limit_range_max_below_the_request_lowers_the_request_to_it() {
+        let items: Vec<LimitRangeItem> = serde_json::from_value(json!([
+            {"type": "Container", "max": {"cpu": "50m", "memory": "32Mi"}}
+        ]))
+        .expect("items");
+        let resources = serde_json::to_value(guard_resources(&items)).expect("serializes");
+        assert_eq!(
+            resources,
+            json!({"requests": {"cpu": "50m", "memory": "33554432"},
+                "limits": {"cpu": "50m", "memory": "33554432"}})
+        );
+    }
+}

@@ -1,0 +1,522 @@
+//! The daemon rewrite against the real dockerd and the real `podmend guard`. For the ARC,
+//! Argo, GitLab and Tekton pods, the daemon argv `dind-rm` wrote is run as the container
+//! would run it (the dind entrypoint, given `dockerd ...`, hands the rest to dockerd), with
+//! the container's environment after the rewrite and the paths of `/podmend` and the pod's
+//! volumes moved into a temporary root; the private-daemon flags of `tests/common/dockerd.rs`
+//! keep it off the host's networking. It must answer on the private socket only: no TCP
+//! listener, no socket where it used to listen. Then `podmend guard` runs with the rule's
+//! own arguments (remapped the same way, TCP ports to free loopback ones), and a docker CLI
+//! using the client's old address reaches the daemon through it, and only through it: what
+//! it creates carries the owner label, and once the guard stops the old address is dead.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::dind::{all_containers, argv, container, fixture_pod, free_port, guard, under};
+use common::dockerd::{INSTALL_HINT, docker_cli, find_program, run, text};
+use common::server::BIN;
+use podmend::cluster::StaticCluster;
+use podmend::config::Config;
+use podmend::dind::{DAEMON_SOCKET, GUARD_CONTAINER};
+use podmend::engine::{Engine, Operation, Subject};
+use serde_json::Value;
+
+/// The flags of a private test daemon (`tests/common/dockerd.rs`, TEST-ENV.md), minus its
+/// `-H`: the rule's host is the only one.
+fn private_flags(root: &Path) -> Vec<String> {
+    std::fs::write(root.join("daemon.json"), "{}").expect("write daemon.json");
+    vec![
+        format!("--data-root={}", root.join("data").display()),
+        format!("--exec-root={}", root.join("exec").display()),
+        format!("--pidfile={}", root.join("dockerd.pid").display()),
+        format!("--config-file={}", root.join("daemon.json").display()),
+        "--storage-driver=overlay2".to_string(),
+        "--iptables=false".to_string(),
+        "--ip6tables=false".to_string(),
+        "--ip-masq=false".to_string(),
+        "--bridge=none".to_string(),
+        "--userland-proxy=false".to_string(),
+    ]
+}
+
+/// A fixture pod after `dind-rm`.
+fn repaired(file: &str) -> Value {
+    let pod = fixture_pod(file, "pod");
+    let engine = Engine::new(&Config::default());
+    let subject = Subject {
+        operation: Operation::Create,
+        group: "",
+        kind: "Pod",
+        sub_resource: "",
+        namespace: "ci",
+        object: Some(&pod),
+        old_object: None,
+    };
+    let outcome = engine.review(&subject, &StaticCluster::empty());
+    let mut object = pod.clone();
+    json_patch::patch(&mut object, &outcome.patch).expect("the patch applies");
+    assert!(
+        all_containers(&object["spec"])
+            .iter()
+            .any(|c| c["name"] == GUARD_CONTAINER),
+        "{file}: no guard"
+    );
+    object["spec"].clone()
+}
+
+/// The container's env as Kubernetes gives it to the process (plain values only).
+fn env_of(container: &Value) -> Vec<(String, String)> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// `$(NAME)` references expanded from `env`, as the kubelet expands command and args.
+fn expand(arg: &str, env: &[(String, String)]) -> String {
+    let mut out = arg.to_string();
+    for (name, value) in env {
+        out = out.replace(&format!("$({name})"), value);
+    }
+    out
+}
+
+/// A path of the pod's filesystem (`/podmend/...`, a volume's `/var/run`, `/certs`) moved
+/// into `root`; a `unix://` address likewise; anything else as it is.
+fn remap_value(value: &str, root: &Path) -> String {
+    if let Some(path) = value.strip_prefix("unix://") {
+        return format!("unix://{}", under(root, path).display());
+    }
+    if value.starts_with('/') {
+        return under(root, value).display().to_string();
+    }
+    value.to_string()
+}
+
+fn remap(arg: &str, root: &Path) -> String {
+    match arg.split_once('=') {
+        Some((flag, value)) if flag.starts_with('-') => {
+            format!("{flag}={}", remap_value(value, root))
+        }
+        _ => remap_value(arg, root),
+    }
+}
+
+/// The TCP ports the process `pid` listens on (its socket inodes among /proc/net/tcp{,6}'s
+/// LISTEN entries).
+fn tcp_listeners(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+                .filter_map(|link| {
+                    let link = link.display().to_string();
+                    Some(
+                        link.strip_prefix("socket:[")?
+                            .strip_suffix(']')?
+                            .to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() > 9
+                && fields[3] == "0A"
+                && inodes.iter().any(|i| i == fields[9])
+                && let Some(port) = fields[1]
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| u16::from_str_radix(p, 16).ok())
+            {
+                ports.push(port);
+            }
+        }
+    }
+    ports
+}
+
+fn ping_unix(socket: &Path) -> bool {
+    let Ok(mut stream) = UnixStream::connect(socket) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.starts_with("HTTP/1.1 200")
+}
+
+/// A process of this test, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Process {
+    child: Child,
+    name: &'static str,
+    log: PathBuf,
+}
+
+impl Process {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Waits until `ready` holds, or fails with the log.
+    fn wait_until(&mut self, what: &str, mut ready: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !ready() {
+            assert!(
+                self.running() && Instant::now() < deadline,
+                "{} did not {what}; its log:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn stop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(40);
+        while self.running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if self.running() {
+            self.stop();
+        }
+    }
+}
+
+/// One fixture's daemon, rewritten and running.
+struct Moved {
+    root: tempfile::TempDir,
+    spec: Value,
+    daemon: Process,
+    private: PathBuf,
+}
+
+/// Runs the rewritten daemon of `file` and checks it answers on the private socket only.
+fn start_moved_daemon(file: &str, daemon_name: &str) -> Moved {
+    let dockerd = find_program("dockerd")
+        .unwrap_or_else(|| panic!("dockerd is not installed: {INSTALL_HINT}"));
+    let spec = repaired(file);
+    let daemon = container(&spec, daemon_name);
+    let argv = argv(daemon);
+    let env = env_of(daemon);
+    // The entrypoint (after any wrapper) hands `dockerd <flags>` to dockerd.
+    let at = argv
+        .iter()
+        .position(|a| a.rsplit('/').next() == Some("dockerd"))
+        .unwrap_or_else(|| panic!("{file}: no dockerd in {argv:?}"));
+    let root = tempfile::Builder::new()
+        .prefix("pm-")
+        .tempdir()
+        .expect("tempdir");
+    // The kubelet and the runtime make each mount's directory (an emptyDir starts empty).
+    for (_, path) in common::dind::mounts(daemon) {
+        std::fs::create_dir_all(under(root.path(), &path)).expect("mount directory");
+    }
+    let mut args = private_flags(root.path());
+    args.extend(
+        argv[at + 1..]
+            .iter()
+            .map(|a| remap(&expand(a, &env), root.path())),
+    );
+    let log = root.path().join("dockerd.log");
+    let child = Command::new(&dockerd)
+        .args(&args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start dockerd");
+    let mut daemon = Process {
+        child,
+        name: "dockerd",
+        log,
+    };
+    let private = under(root.path(), DAEMON_SOCKET);
+    daemon.wait_until("answer on the private socket", || ping_unix(&private));
+
+    // The private socket only: no TCP listener, nothing at its old addresses.
+    let pid = daemon.child.id();
+    assert_eq!(tcp_listeners(pid), Vec::<u16>::new(), "{file}: {args:?}");
+    for old in ["/var/run/docker.sock", "/run/docker.sock"] {
+        let path = under(root.path(), old);
+        assert!(!path.exists(), "{file}: dockerd made {}", path.display());
+    }
+    for address in podmend_listen(&spec) {
+        if let Some(path) = address.strip_prefix("unix://") {
+            assert!(!under(root.path(), path).exists(), "{file}: {address}");
+        }
+    }
+    Moved {
+        root,
+        spec,
+        daemon,
+        private,
+    }
+}
+
+/// The guard's `--listen` values.
+fn podmend_listen(spec: &Value) -> Vec<String> {
+    common::dind::args(guard(spec))
+        .iter()
+        .filter_map(|a| a.strip_prefix("--listen=").map(str::to_string))
+        .collect()
+}
+
+/// Starts the real guard with the rule's arguments: paths moved into the root, TCP listeners
+/// and the health port on free loopback ports. Returns it and each TCP port's new number.
+fn start_guard(moved: &Moved, owner: &str) -> (Process, Vec<(u16, u16)>) {
+    let root = moved.root.path();
+    let mut ports = Vec::new();
+    let args: Vec<String> = common::dind::args(guard(&moved.spec))
+        .into_iter()
+        .map(|arg| {
+            if let Some(tcp) = arg.strip_prefix("--listen=tcp://") {
+                let old: u16 = tcp
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse().ok())
+                    .expect("port");
+                let new = free_port();
+                ports.push((old, new));
+                format!("--listen=tcp://127.0.0.1:{new}")
+            } else if arg.starts_with("--metrics-listen=") {
+                format!("--metrics-listen=127.0.0.1:{}", free_port())
+            } else {
+                remap(&arg, root)
+            }
+        })
+        .collect();
+    let log = root.join("guard.log");
+    let child = Command::new(BIN)
+        .args(&args)
+        .env("PODMEND_OWNER_POD_UID", owner)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start podmend guard");
+    (
+        Process {
+            child,
+            name: "podmend guard",
+            log,
+        },
+        ports,
+    )
+}
+
+/// A one-file image, imported straight into the daemon (create needs an image, not a
+/// runnable one).
+fn import_probe_image(moved: &Moved) {
+    let dir = moved.root.path().join("image");
+    std::fs::create_dir_all(&dir).expect("image dir");
+    std::fs::write(dir.join("probe"), "").expect("probe file");
+    let tar = moved.root.path().join("image.tar");
+    let packed = run(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&dir)
+            .arg("-cf")
+            .arg(&tar)
+            .arg("."),
+        None,
+        Duration::from_secs(30),
+    );
+    assert!(packed.status.success(), "tar: {}", text(&packed.stderr));
+    let imported = run(
+        private_cli(moved).arg("import").arg(&tar).arg("probe:1"),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(
+        imported.status.success(),
+        "import: {}",
+        text(&imported.stderr)
+    );
+}
+
+fn private_cli(moved: &Moved) -> Command {
+    docker_cli(
+        &format!("unix://{}", moved.private.display()),
+        &moved.root.path().join("cli-private"),
+    )
+}
+
+/// Through the old address: a create reaches the daemon and is labelled with the owner;
+/// with the guard stopped, the old address answers nothing.
+fn check_old_address_goes_through_the_guard(
+    moved: &Moved,
+    mut guard: Process,
+    owner: &str,
+    old_host: &str,
+) {
+    let cli = || docker_cli(old_host, &moved.root.path().join("cli-client"));
+    guard.wait_until("let a client through the old address", || {
+        run(cli().arg("version"), None, Duration::from_secs(20))
+            .status
+            .success()
+    });
+    let created = run(
+        cli().args(["create", "--name", "probe", "probe:1", "/probe"]),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(
+        created.status.success(),
+        "create through {old_host}: {}\nguard log:\n{}",
+        text(&created.stderr),
+        guard.log()
+    );
+    let label = run(
+        private_cli(moved).args([
+            "inspect",
+            "-f",
+            "{{index .Config.Labels \"podmend.io/owner-pod\"}}",
+            "probe",
+        ]),
+        None,
+        Duration::from_secs(30),
+    );
+    assert_eq!(text(&label.stdout).trim(), owner, "{}", text(&label.stderr));
+    guard.stop();
+    let after = run(cli().arg("version"), None, Duration::from_secs(30));
+    assert!(
+        !after.status.success(),
+        "{old_host} still reaches a daemon without the guard"
+    );
+    assert!(
+        ping_unix(&moved.private),
+        "the daemon stopped with the guard"
+    );
+}
+
+#[test]
+fn the_tcp_listener_check_sees_a_listener() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    assert!(tcp_listeners(std::process::id()).contains(&port));
+}
+
+#[test]
+fn arc_s_moved_daemon_answers_only_privately_and_its_old_socket_is_the_guard_s() {
+    let file = "arc-gha-runner-scale-set-values-0041559-dind-native-sidecar-template.yaml";
+    let mut moved = start_moved_daemon(file, "dind");
+    import_probe_image(&moved);
+    let owner = "3c1e-arc";
+    let (guard, _) = start_guard(&moved, owner);
+    // The runner's DOCKER_HOST, in the shared /var/run.
+    let runner = container(&moved.spec, "runner");
+    let host = common::dind::env_value(runner, "DOCKER_HOST")
+        .and_then(Value::as_str)
+        .expect("DOCKER_HOST")
+        .to_string();
+    let old_host = remap_value(&host, moved.root.path());
+    check_old_address_goes_through_the_guard(&moved, guard, owner, &old_host);
+    moved.daemon.stop();
+}
+
+#[test]
+fn argo_s_moved_daemon_answers_only_privately_and_2375_is_the_guard_s() {
+    let file = "argo-workflows-sidecar-dind-pod-reconstructed.yaml";
+    let mut moved = start_moved_daemon(file, "dind");
+    import_probe_image(&moved);
+    let owner = "3c1e-argo";
+    let (guard, ports) = start_guard(&moved, owner);
+    assert_eq!(
+        ports.iter().map(|(old, _)| *old).collect::<Vec<_>>(),
+        [2375]
+    );
+    // The main container's bare DOCKER_HOST=127.0.0.1 is 2375 to the CLI: here, its new port.
+    let main = container(&moved.spec, "main");
+    assert_eq!(
+        common::dind::env_value(main, "DOCKER_HOST").and_then(Value::as_str),
+        Some("127.0.0.1")
+    );
+    let old_host = format!("127.0.0.1:{}", ports[0].1);
+    check_old_address_goes_through_the_guard(&moved, guard, owner, &old_host);
+    moved.daemon.stop();
+}
+
+#[test]
+fn gitlab_s_moved_daemon_starts_without_tls_and_answers_only_privately() {
+    // The service's env (every job variable) reaches dockerd as the rewrite left it:
+    // DOCKER_TLS_CERTDIR=/certs and DOCKER_HOST=tcp://docker:2376 still there (dockerd reads
+    // neither), DOCKER_TLS_VERIFY and DOCKER_CERT_PATH blanked (dockerd turns TLS on from
+    // them, and newer releases then refuse to start without the certificate files).
+    let file = "gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml";
+    let mut moved = start_moved_daemon(file, "svc-0");
+    let env = env_of(container(&moved.spec, "svc-0"));
+    for (name, value) in [
+        ("DOCKER_TLS_VERIFY", ""),
+        ("DOCKER_CERT_PATH", ""),
+        ("DOCKER_TLS_CERTDIR", "/certs"),
+    ] {
+        assert!(
+            env.contains(&(name.to_string(), value.to_string())),
+            "{env:?}"
+        );
+    }
+    // No certificates generated: that is the guard's job now.
+    assert!(!under(moved.root.path(), "/certs/client/ca.pem").exists());
+    moved.daemon.stop();
+}
+
+#[test]
+fn tekton_s_moved_daemon_keeps_its_flags_and_answers_only_privately() {
+    let file = "tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml";
+    let mut moved = start_moved_daemon(file, "sidecar-server");
+    let info = run(
+        private_cli(&moved).args(["info", "-f", "{{.Driver}} {{.Debug}}"]),
+        None,
+        Duration::from_secs(30),
+    );
+    // --storage-driver=vfs and --debug came through.
+    assert_eq!(
+        text(&info.stdout).trim(),
+        "vfs true",
+        "{}",
+        text(&info.stderr)
+    );
+    moved.daemon.stop();
+}
