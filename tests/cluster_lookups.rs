@@ -168,11 +168,14 @@ async fn limit_range_items_are_returned_for_their_namespace_only() {
                 .map(|q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| q.0.clone())
         };
         assert_eq!(get(&item.min, "cpu").as_deref(), Some("50m"));
-        assert_eq!(get(&item.default, "memory").as_deref(), Some("512Mi"));
-        assert_eq!(get(&item.default_request, "cpu").as_deref(), Some("250m"));
         assert_eq!(
             get(&item.max_limit_request_ratio, "cpu").as_deref(),
             Some("4")
+        );
+        // Defaults are LimitRanger's to apply; rules never read them, so the cache keeps none.
+        assert!(
+            item.default.is_none() && item.default_request.is_none(),
+            "{item:?}"
         );
 
         let types: Vec<String> = cluster
@@ -180,7 +183,8 @@ async fn limit_range_items_are_returned_for_their_namespace_only() {
             .into_iter()
             .map(|i| i.type_)
             .collect();
-        assert_eq!(types, vec!["Pod", "Container", "PersistentVolumeClaim"]);
+        // In the order of the LimitRanges' names; PersistentVolumeClaim items are not kept.
+        assert_eq!(types, vec!["Pod", "Container"]);
 
         assert!(cluster.limit_range_items("kube-system").is_empty());
     })
@@ -284,7 +288,7 @@ async fn the_watcher_lists_in_pages_then_watches_from_the_list_resource_version(
             let path = format!("/api/v1/{resource}?");
             let mine: Vec<&String> = requests.iter().filter(|r| r.starts_with(&path)).collect();
             assert!(mine.len() >= 2, "{mine:?}");
-            assert_eq!(mine[0], &format!("{path}&limit=500"), "{requests:?}");
+            assert_eq!(mine[0], &format!("{path}&limit=100"), "{requests:?}");
             let watch = mine[1];
             assert!(watch.contains("watch=true"), "{watch}");
             assert!(

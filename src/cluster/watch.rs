@@ -1,5 +1,6 @@
-//! Reflector caches of Nodes and LimitRanges, kept by kube-runtime watchers, that answer
-//! [`ClusterView`] for `serve`; plus how a Kubernetes client is found ([`Lookups`]).
+//! Caches of Nodes and LimitRanges, kept by kube-runtime watchers, that answer [`ClusterView`]
+//! for `serve`; plus how a Kubernetes client is found ([`Lookups`]). What is kept of each
+//! object is in [`super::cached`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -14,13 +15,12 @@ use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Client, Resource};
 use tokio::task::AbortHandle;
 
 use super::ClusterView;
-use super::cached::{CachedLimitRange, CachedNode};
+use super::cached::{CachedLimitRange, CachedNode, LimitRangeTable, NodeTable, Projection, Table};
 
 /// Nodes and LimitRanges as last seen by the watchers.
 ///
@@ -28,15 +28,18 @@ use super::cached::{CachedLimitRange, CachedNode};
 /// and that stay empty (every node unknown) until the first list has arrived
 /// (see [`CacheReadiness`]).
 pub struct WatchedCluster {
-    nodes: Store<CachedNode>,
-    limit_ranges: Store<CachedLimitRange>,
+    nodes: Arc<Projection<NodeTable>>,
+    limit_ranges: Arc<Projection<LimitRangeTable>>,
     /// Watcher tasks, stopped when the cluster view is dropped.
     tasks: Vec<AbortHandle>,
 }
 
 impl WatchedCluster {
-    /// A view over stores filled by someone else (no tasks are started).
-    pub fn from_stores(nodes: Store<CachedNode>, limit_ranges: Store<CachedLimitRange>) -> Self {
+    /// A view over tables filled by someone else (no tasks are started).
+    pub fn from_tables(
+        nodes: Arc<Projection<NodeTable>>,
+        limit_ranges: Arc<Projection<LimitRangeTable>>,
+    ) -> Self {
         Self {
             nodes,
             limit_ranges,
@@ -48,8 +51,8 @@ impl WatchedCluster {
 impl fmt::Debug for WatchedCluster {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WatchedCluster")
-            .field("nodes", &self.nodes.len())
-            .field("limit_ranges", &self.limit_ranges.len())
+            .field("nodes", &self.nodes.read(Table::len))
+            .field("limit_ranges", &self.limit_ranges.read(Table::len))
             .finish_non_exhaustive()
     }
 }
@@ -68,25 +71,17 @@ impl ClusterView for WatchedCluster {
     }
 
     fn node_taints(&self, name: &str) -> Option<Vec<Taint>> {
-        let node = self.nodes.get(&ObjectRef::new(name))?;
-        Some(node.taints().to_vec())
+        self.nodes
+            .read(|nodes| nodes.get(name).map(|node| node.taints()))
     }
 
     fn node_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
-        let node = self.nodes.get(&ObjectRef::new(name))?;
-        Some(node.labels())
+        self.nodes
+            .read(|nodes| nodes.get(name).map(|node| node.labels()))
     }
 
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
-        let mut ranges = self
-            .limit_ranges
-            .state_filter(|lr| lr.metadata.namespace.as_deref() == Some(namespace));
-        // Stable order whatever the cache's hashing does.
-        ranges.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        ranges
-            .iter()
-            .flat_map(|lr| lr.items().iter().cloned())
-            .collect()
+        self.limit_ranges.read(|ranges| ranges.items(namespace))
     }
 }
 
@@ -196,10 +191,10 @@ pub fn start(client: Client) -> (Arc<WatchedCluster>, CacheReadiness) {
 /// until the API server answers again. Outside a tokio runtime nothing is started and the
 /// caches never get ready. The watchers stop when the returned [`WatchedCluster`] is dropped.
 pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>, CacheReadiness) {
-    let (nodes, node_writer) = reflector::store::<CachedNode>();
-    let (limit_ranges, lr_writer) = reflector::store::<CachedLimitRange>();
+    let nodes = Arc::new(Projection::<NodeTable>::default());
+    let limit_ranges = Arc::new(Projection::<LimitRangeTable>::default());
     let readiness = CacheReadiness::new(stale_after);
-    let mut cluster = WatchedCluster::from_stores(nodes.clone(), limit_ranges.clone());
+    let mut cluster = WatchedCluster::from_tables(nodes.clone(), limit_ranges.clone());
 
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::error!(
@@ -209,42 +204,25 @@ pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>
     };
 
     // The cached types name the Node and LimitRange resources but declare only what rules
-    // read: the rest of each object is skipped while it is parsed (`cached.rs`).
+    // read: the rest of each object is skipped while it is parsed. Small pages keep the
+    // memory a list needs at once low (a kubelet-reported Node is ~15 KB of JSON).
+    let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
     let node_api = Api::<CachedNode>::all(client.clone());
     let lr_api = Api::<CachedLimitRange>::all(client);
-    let node_stream = reflector::reflector(
-        node_writer,
-        watcher(node_api.clone(), watcher::Config::default()),
-    )
-    .default_backoff();
-    let lr_stream = reflector::reflector(
-        lr_writer,
-        watcher(lr_api.clone(), watcher::Config::default()),
-    )
-    .default_backoff();
-
     cluster.tasks = vec![
         runtime
             .spawn(drive(
-                node_stream,
+                watcher(node_api.clone(), config.clone()).default_backoff(),
                 node_api,
+                nodes,
                 readiness.nodes.clone(),
                 "nodes",
             ))
             .abort_handle(),
         runtime
             .spawn(drive(
-                lr_stream,
+                watcher(lr_api.clone(), config).default_backoff(),
                 lr_api,
-                readiness.limit_ranges.clone(),
-                "limitranges",
-            ))
-            .abort_handle(),
-        runtime
-            .spawn(mark_when_ready(nodes, readiness.nodes.clone(), "nodes"))
-            .abort_handle(),
-        runtime
-            .spawn(mark_when_ready(
                 limit_ranges,
                 readiness.limit_ranges.clone(),
                 "limitranges",
@@ -254,14 +232,24 @@ pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>
     (Arc::new(cluster), readiness)
 }
 
-/// Polls a reflector stream forever, keeping `health` up to date and logging failures (the
-/// backoff makes the watcher retry). While the watch fails, a one-item list every
-/// [`PROBE_INTERVAL`] tells when the API server answers again: a resumed watch is silent
-/// until something changes, so the stream alone cannot say it recovered.
-async fn drive<S, T, K>(stream: S, api: Api<K>, health: Arc<CacheHealth>, what: &'static str)
-where
-    S: Stream<Item = Result<T, watcher::Error>>,
+/// Objects per list request of the watchers.
+const LIST_PAGE_SIZE: u32 = 100;
+
+/// Polls a watcher stream forever, applying its events to `table`, marking `health` synced at
+/// the first complete list, keeping it up to date and logging failures (the backoff makes the
+/// watcher retry). While the watch fails, a one-item list every [`PROBE_INTERVAL`] tells when
+/// the API server answers again: a resumed watch is silent until something changes, so the
+/// stream alone cannot say it recovered.
+async fn drive<S, K, T>(
+    stream: S,
+    api: Api<K>,
+    table: Arc<Projection<T>>,
+    health: Arc<CacheHealth>,
+    what: &'static str,
+) where
+    S: Stream<Item = Result<Event<K>, watcher::Error>>,
     K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned,
+    T: Table<K>,
 {
     let mut stream = std::pin::pin!(stream);
     loop {
@@ -282,9 +270,13 @@ where
         };
         match item {
             None => break,
-            Some(Ok(_)) => {
+            Some(Ok(event)) => {
                 if health.recovered() {
                     tracing::info!(resource = what, "watch of the cluster resumed");
+                }
+                if table.apply(event) && !health.synced.swap(true, Ordering::AcqRel) {
+                    let objects = table.read(Table::len);
+                    tracing::info!(resource = what, objects, "cluster cache ready");
                 }
             }
             Some(Err(err)) => {
@@ -297,25 +289,6 @@ where
         resource = what,
         "watch stream of the cluster ended; cache no longer updated"
     );
-}
-
-/// Marks `health` synced once `store` had its first full list.
-async fn mark_when_ready<K>(store: Store<K>, health: Arc<CacheHealth>, what: &'static str)
-where
-    K: Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    match store.wait_until_ready().await {
-        Ok(()) => {
-            health.synced.store(true, Ordering::Release);
-            tracing::info!(
-                resource = what,
-                objects = store.len(),
-                "cluster cache ready"
-            );
-        }
-        Err(err) => tracing::warn!(resource = what, error = %err, "cluster cache never got ready"),
-    }
 }
 
 /// Whether rules can look things up in a cluster, and with which client.
@@ -386,8 +359,6 @@ mod tests {
     use super::*;
     use crate::cluster::cached::{LimitRangeLimits, NodeTaints};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    use kube::runtime::reflector::store::Writer;
-    use kube::runtime::watcher::Event;
 
     fn taint(key: &str, effect: &str) -> Taint {
         Taint {
@@ -423,24 +394,19 @@ mod tests {
         }
     }
 
-    fn fill<K>(writer: &mut Writer<K>, objects: Vec<K>)
-    where
-        K: Resource + Clone + 'static,
-        K::DynamicType: Eq + std::hash::Hash + Clone,
-    {
-        writer.apply_watcher_event(&Event::Init);
-        for obj in objects {
-            writer.apply_watcher_event(&Event::InitApply(obj));
+    /// A table after one complete list of `objects`.
+    fn listed<K, T: Table<K>>(objects: Vec<K>) -> Arc<Projection<T>> {
+        let table = Arc::new(Projection::default());
+        table.apply(Event::Init);
+        for object in objects {
+            table.apply(Event::InitApply(object));
         }
-        writer.apply_watcher_event(&Event::InitDone);
+        table.apply(Event::InitDone);
+        table
     }
 
     fn cluster(nodes: Vec<CachedNode>, ranges: Vec<CachedLimitRange>) -> WatchedCluster {
-        let (node_store, mut node_writer) = reflector::store();
-        let (lr_store, mut lr_writer) = reflector::store();
-        fill(&mut node_writer, nodes);
-        fill(&mut lr_writer, ranges);
-        WatchedCluster::from_stores(node_store, lr_store)
+        WatchedCluster::from_tables(listed(nodes), listed(ranges))
     }
 
     #[test]
@@ -508,32 +474,42 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn readiness_waits_for_both_caches() {
-        let (node_store, mut node_writer) = reflector::store::<CachedNode>();
-        let (lr_store, mut lr_writer) = reflector::store::<CachedLimitRange>();
+    async fn readiness_waits_for_both_caches_to_complete_a_list() {
         let readiness = CacheReadiness::default();
         assert_eq!(
             readiness.not_ready_reason().as_deref(),
             Some("the Node cache has not had its first list yet")
         );
-        let nodes_task = tokio::spawn(mark_when_ready(
-            node_store,
+        let events = |objects: Vec<CachedNode>| {
+            let mut events = vec![Ok(Event::Init)];
+            events.extend(objects.into_iter().map(|o| Ok(Event::InitApply(o))));
+            events.push(Ok(Event::InitDone));
+            futures::stream::iter(events)
+        };
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+            .expect("a client that is never called");
+        let nodes = Arc::new(Projection::<NodeTable>::default());
+        drive(
+            events(vec![node("n1", None)]),
+            Api::<CachedNode>::all(client.clone()),
+            nodes.clone(),
             readiness.nodes.clone(),
             "nodes",
-        ));
-        let lr_task = tokio::spawn(mark_when_ready(
-            lr_store,
+        )
+        .await;
+        assert!(
+            !readiness.is_ready(),
+            "the LimitRange cache is not there yet"
+        );
+        assert_eq!(nodes.read(Table::len), 1);
+        drive(
+            futures::stream::iter(vec![Ok(Event::Init), Ok(Event::InitDone)]),
+            Api::<CachedLimitRange>::all(client),
+            Arc::new(Projection::<LimitRangeTable>::default()),
             readiness.limit_ranges.clone(),
             "limitranges",
-        ));
-        assert!(!readiness.is_ready());
-
-        fill(&mut node_writer, vec![node("n1", None)]);
-        nodes_task.await.unwrap();
-        assert!(!readiness.clone().is_ready());
-
-        fill(&mut lr_writer, vec![]);
-        lr_task.await.unwrap();
+        )
+        .await;
         assert!(readiness.is_ready());
     }
 
