@@ -277,15 +277,18 @@ pub struct Decision {
 impl Decision {
     /// Turns the engine's outcome into the answer of one webhook. `/mutate` applies
     /// `enforce` repairs and warns for `enforce` and `warn`; `/validate` rejects for `deny`.
+    /// A note (a finding with nothing to repair) is warned in every mode, never denied.
     pub fn from_outcome(outcome: &Outcome, webhook: Webhook) -> Self {
         match webhook {
             Webhook::Mutate => {
                 let mut warnings = Vec::new();
                 for finding in &outcome.findings {
                     let prefix = match finding.mode {
+                        Mode::Off => continue,
+                        _ if finding.is_note() => format!("podmend {}: ", finding.rule),
                         Mode::Enforce => format!("podmend {}: ", finding.rule),
                         Mode::Warn => format!("podmend {} would repair: ", finding.rule),
-                        Mode::Deny | Mode::Off => continue,
+                        Mode::Deny => continue,
                     };
                     warnings.extend(
                         finding
@@ -304,6 +307,7 @@ impl Decision {
             Webhook::Validate => {
                 let reasons: Vec<String> = outcome
                     .in_mode(Mode::Deny)
+                    .filter(|f| !f.is_note())
                     .map(|f| {
                         format!(
                             "podmend {}: {}; {}",
@@ -528,5 +532,48 @@ mod tests {
     #[test]
     fn long_warnings_are_clipped_to_what_the_api_server_keeps() {
         assert_eq!(clip("é".repeat(300)).chars().count(), MAX_WARNING_CHARS);
+    }
+
+    fn outcome_with(mode: Mode, patch: Vec<PatchOperation>) -> Outcome {
+        Outcome {
+            findings: vec![crate::engine::Finding {
+                rule: "dind-rm",
+                mode,
+                messages: vec!["left alone: a node agent".into()],
+                advice: "",
+                patch,
+            }],
+            ..Outcome::default()
+        }
+    }
+
+    #[test]
+    fn a_note_is_warned_in_every_mode_and_never_denied() {
+        for mode in [Mode::Enforce, Mode::Warn, Mode::Deny] {
+            let outcome = outcome_with(mode, Vec::new());
+            let mutate = Decision::from_outcome(&outcome, Webhook::Mutate);
+            assert_eq!(
+                mutate.warnings,
+                ["podmend dind-rm: left alone: a node agent"],
+                "{mode:?}"
+            );
+            let validate = Decision::from_outcome(&outcome, Webhook::Validate);
+            assert!(validate.allowed, "{mode:?}: a note is never denied");
+        }
+    }
+
+    #[test]
+    fn a_finding_with_a_repair_in_deny_mode_is_denied_not_warned() {
+        let patch: Vec<PatchOperation> =
+            serde_json::from_value(json!([{"op": "remove", "path": "/spec/nodeName"}]))
+                .expect("patch");
+        let outcome = outcome_with(Mode::Deny, patch);
+        assert!(
+            Decision::from_outcome(&outcome, Webhook::Mutate)
+                .warnings
+                .is_empty()
+        );
+        let validate = Decision::from_outcome(&outcome, Webhook::Validate);
+        assert!(!validate.allowed);
     }
 }

@@ -122,6 +122,15 @@ pub struct Finding {
     pub patch: Vec<PatchOperation>,
 }
 
+impl Finding {
+    /// A finding with nothing to repair: what a rule left alone and why (a node agent, a
+    /// guard that could not be injected). It is warned about and shown, never applied or
+    /// denied, and does not count for `audit --fail-on`.
+    pub fn is_note(&self) -> bool {
+        self.patch.is_empty()
+    }
+}
+
 /// The result of reviewing one object.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Outcome {

@@ -332,8 +332,8 @@ impl Report {
         self.symptoms.push(symptom);
     }
 
-    /// 1 on any input error; else 3 when a finding is at or above `fail_on` (symptoms count
-    /// as `warn`); else 0.
+    /// 1 on any input error; else 3 when a finding with a repair is at or above `fail_on`
+    /// (symptoms count as `warn`; notes, findings with nothing to repair, never count); else 0.
     pub fn exit_status(&self, fail_on: FailOn) -> u8 {
         if !self.errors.is_empty() {
             return EXIT_INPUT_ERROR;
@@ -341,6 +341,7 @@ impl Report {
         let failing = self
             .findings
             .iter()
+            .filter(|f| !f.patch.is_empty())
             .filter_map(|f| severity(f.mode))
             .chain(self.symptoms.iter().map(|_| FailOn::Warn))
             .any(|level| level >= fail_on);
@@ -546,5 +547,21 @@ mod tests {
             message: "bad".into(),
         });
         assert_eq!(report.exit_status(FailOn::Enforce), EXIT_INPUT_ERROR);
+    }
+
+    #[test]
+    fn a_note_shows_but_never_fails_the_run() {
+        let mut report = Report::default();
+        report.findings.push(AuditFinding {
+            rule: "dind-rm".into(),
+            mode: Mode::Enforce,
+            object: ObjectRef::default(),
+            source: source(),
+            message: "left alone: a node agent".into(),
+            advice: String::new(),
+            patch: Vec::new(),
+        });
+        assert_eq!(report.exit_status(FailOn::Warn), EXIT_CLEAN);
+        assert!(report::table(&report, false).contains("note"));
     }
 }

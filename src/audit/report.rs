@@ -64,7 +64,10 @@ pub fn table(report: &Report, color: bool) -> String {
             ["MODE", "RULE", "OBJECT", "LOCATION", "MESSAGE"].map(|h| Cell::plain(h, paint(BOLD)));
         let rows = report.findings.iter().map(|finding| {
             [
-                Cell::plain(finding.mode.as_str(), paint(mode_color(finding.mode))),
+                match finding.patch.is_empty() {
+                    true => Cell::plain("note", ""),
+                    false => Cell::plain(finding.mode.as_str(), paint(mode_color(finding.mode))),
+                },
                 Cell::plain(&finding.rule, ""),
                 Cell::plain(&finding.object.display(), ""),
                 Cell::plain(&location(&finding.source), ""),
@@ -260,7 +263,9 @@ struct JsonReport<'a> {
 /// - `summary.inputErrors`: number of `errors`.
 /// - `findings[]`: one per rule per object.
 /// - `findings[].rule`: the rule id (`node-affinity`, `agent-requests`).
-/// - `findings[].mode`: what the webhook does: `enforce` (repairs), `warn` or `deny`.
+/// - `findings[].mode`: what the webhook does: `enforce` (repairs), `warn` or `deny`; a
+///   finding whose `patch` is empty is a note (what a rule left alone, and why): warned, never
+///   applied or denied, and not counted by `--fail-on`.
 /// - `findings[].object.apiVersion` / `.kind` / `.namespace` / `.name`: the object (`namespace` may be `""`; `name` falls back to `generateName`).
 /// - `findings[].source.file`: file path as given, `-` for stdin, or `cluster`.
 /// - `findings[].source.document`: 1-based document number in the file (0 for cluster objects).
@@ -376,7 +381,7 @@ pub fn sarif(report: &Report, tool_version: &str) -> String {
         results.push(json!({
             "ruleId": finding.rule,
             "ruleIndex": index,
-            "level": sarif_level(finding.mode),
+            "level": if finding.patch.is_empty() { "note" } else { sarif_level(finding.mode) },
             "message": {"text": text},
             "locations": [location],
             "properties": properties,
