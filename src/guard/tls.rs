@@ -95,14 +95,15 @@ pub fn server_names(extra: &[String]) -> Vec<String> {
 /// `/proc/net/if_inet6`. Best effort: none when `/proc` says nothing.
 fn interface_addresses() -> Vec<IpAddr> {
     let mut addresses = Vec::new();
-    // fib_trie lists each local address as "|-- A.B.C.D" followed by "/32 host LOCAL".
+    // fib_trie lists each local address as "|-- A.B.C.D" followed by "/32 host LOCAL"
+    // (a "/8 host LOCAL" line follows a network, such as 127.0.0.0).
     if let Ok(trie) = fs::read_to_string("/proc/net/fib_trie") {
         let mut last: Option<IpAddr> = None;
         for line in trie.lines() {
             let line = line.trim();
             if let Some(address) = line.strip_prefix("|-- ") {
                 last = address.trim().parse().ok();
-            } else if line.contains("host LOCAL")
+            } else if line.starts_with("/32 host LOCAL")
                 && let Some(ip) = last
                 && !addresses.contains(&ip)
             {

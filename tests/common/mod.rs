@@ -3,6 +3,7 @@
 
 pub mod api_stub;
 pub mod dockerd;
+pub mod guard;
 pub mod k8s_rules;
 pub mod pod_gen;
 pub mod python;
