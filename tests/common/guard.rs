@@ -304,3 +304,87 @@ pub fn metric(address: SocketAddr, name: &str) -> Option<u64> {
     body.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
 }
+
+/// A CA with a server certificate (127.0.0.1, localhost) and a client certificate, PEM: what
+/// a TLS dockerd and its clients use.
+pub struct Pki {
+    pub ca: String,
+    pub server_cert: String,
+    pub server_key: String,
+    pub client_cert: String,
+    pub client_key: String,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+            KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate().expect("key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params.self_signed(&ca_key).expect("CA");
+        let ca = Issuer::new(ca_params, ca_key);
+        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+            let key = KeyPair::generate().expect("key");
+            let mut params = CertificateParams::new(names).expect("params");
+            params.extended_key_usages = vec![usage];
+            let cert = params.signed_by(&key, &ca).expect("leaf");
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_cert, server_key) = leaf(
+            vec!["127.0.0.1".to_string(), "localhost".to_string()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client_cert, client_key) = leaf(
+            vec!["client".to_string()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        Pki {
+            ca: ca_cert.pem(),
+            server_cert,
+            server_key,
+            client_cert,
+            client_key,
+        }
+    }
+
+    /// Writes `ca.pem`, `cert.pem` and `key.pem` of the client into `dir` (a
+    /// `DOCKER_CERT_PATH`), creating it.
+    pub fn write_client(&self, dir: &Path) {
+        std::fs::create_dir_all(dir).expect("client dir");
+        std::fs::write(dir.join("ca.pem"), &self.ca).expect("ca.pem");
+        std::fs::write(dir.join("cert.pem"), &self.client_cert).expect("cert.pem");
+        std::fs::write(dir.join("key.pem"), &self.client_key).expect("key.pem");
+    }
+
+    /// A private dockerd that also listens on `tcp://127.0.0.1:<port>` with `--tlsverify`
+    /// and this PKI's server files (written into `dir`).
+    pub fn dockerd(&self, dir: &Path, port: u16) -> Dockerd {
+        let write = |name: &str, content: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, content).expect("write pem");
+            path.display().to_string()
+        };
+        let ca = write("daemon-ca.pem", &self.ca);
+        let cert = write("daemon-cert.pem", &self.server_cert);
+        let key = write("daemon-key.pem", &self.server_key);
+        let tcp = format!("tcp://127.0.0.1:{port}");
+        Dockerd::start_with(&[
+            "-H",
+            &tcp,
+            "--tlsverify",
+            "--tlscacert",
+            &ca,
+            "--tlscert",
+            &cert,
+            "--tlskey",
+            &key,
+        ])
+    }
+}
