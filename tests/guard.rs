@@ -1211,6 +1211,9 @@ fn a_tls_daemon_is_verified_and_spoken_to_with_a_client_certificate() {
         &tcp,
         &uid,
         &[
+            // This test was written when rm was the default; collect now is.
+            "--policy",
+            "rm",
             "--tls-verify",
             "--cert-path",
             &client_dir.display().to_string(),
