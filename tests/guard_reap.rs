@@ -107,6 +107,31 @@ fn containers_a_sigkilled_guard_left_are_removed_by_the_reaper_once_the_api_says
         "no clean-up ran after SIGKILL"
     );
 
+    // A misspelt node name lists no pod: nothing is removed.
+    let typo = run(
+        Command::new(PODMEND)
+            .args([
+                "guard",
+                "reap",
+                "--upstream",
+                &daemon.host(),
+                "--kubeconfig",
+            ])
+            .arg(stub.kubeconfig_path())
+            .env("NODE_NAME", "node-z")
+            .env_remove("KUBECONFIG")
+            .env_remove("DOCKER_CERT_PATH"),
+        None,
+        TIMEOUT,
+    );
+    assert!(!typo.status.success());
+    assert!(
+        text(&typo.stderr).contains("--node-name"),
+        "{}",
+        text(&typo.stderr)
+    );
+    assert!(doomed.iter().all(|id| exists(&daemon, id.trim())));
+
     // The node's reaper: a pass every second, this node's pods only (NODE_NAME, as the
     // DaemonSet sets it from the downward API).
     let metrics = format!("127.0.0.1:{}", free_port());

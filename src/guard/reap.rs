@@ -35,6 +35,11 @@ pub enum ReapError {
     NoCluster(String),
     #[error("cannot list the pods of the cluster: {0}")]
     ListPods(#[source] kube::Error),
+    #[error(
+        "the cluster lists no pod on node {0:?}, not even this reaper's own: check --node-name \
+         (or NODE_NAME, from the downward API spec.nodeName); nothing was removed"
+    )]
+    NoPodsOnNode(String),
     #[error("cannot write the report: {0}")]
     Output(#[source] std::io::Error),
 }
@@ -319,8 +324,10 @@ async fn live_pod_uids(
         params = params.fields(&format!("spec.nodeName={node}"));
     }
     let mut uids = HashSet::new();
+    let mut listed = 0;
     loop {
         let page = pods.list(&params).await.map_err(ReapError::ListPods)?;
+        listed += page.items.len();
         uids.extend(page.items.into_iter().filter_map(|pod| {
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
             let finished = matches!(phase, Some("Succeeded" | "Failed"));
@@ -330,6 +337,12 @@ async fn live_pod_uids(
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => break,
         }
+    }
+    // A misspelt node name lists nothing, and every container would look orphaned.
+    if let Some(node) = node.filter(|n| !n.is_empty())
+        && listed == 0
+    {
+        return Err(ReapError::NoPodsOnNode(node.to_string()));
     }
     Ok(uids)
 }
