@@ -497,3 +497,31 @@ fn an_image_built_through_the_guard_goes_at_pod_end_unless_a_container_uses_it_a
     ok(daemon.docker().args(["rm", user.trim()]));
     ok(daemon.docker().args(["rmi", &used, &pulled, &loaded]));
 }
+
+#[test]
+fn after_the_daemon_restarts_the_collector_lists_again_and_collects_what_exited_meanwhile() {
+    // Its own daemon: this one is stopped and started again. Containers stop within 1 s.
+    let mut daemon = Dockerd::start_with(&["--shutdown-timeout", "1"]);
+    let uid = uid("resync");
+    let guard = Guard::start(&daemon.host(), &uid, &["--min-age", "4s"]);
+    let name = format!("stopped-by-the-restart-{uid}");
+    ok(guard
+        .docker()
+        .args(RUN)
+        .args(["-d", "--name", &name, "busybox", "sleep", "300"]));
+    daemon.stop();
+    daemon.start_again();
+    assert_eq!(
+        inspect(&daemon, &name, "{{.State.Status}}"),
+        "exited",
+        "the restart stopped it"
+    );
+    wait_until(
+        "the container the restart stopped is collected",
+        Duration::from_secs(40),
+        || !exists(&daemon, &name),
+    );
+    let log = guard.log();
+    assert!(log.contains("following the daemon's events again"), "{log}");
+    assert!(log.contains("reason=min-age"), "{log}");
+}
