@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use crate::audit::FailOn;
 use crate::audit::report::Format;
 use crate::dind::{Address, DEFAULT_MAX_EXITED, GuardCommand, Policy, parse_duration};
+use crate::guard::reap::parse_size;
 use crate::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -208,7 +209,8 @@ pub struct GuardArgs {
 #[derive(Debug, Subcommand)]
 pub enum GuardSubcommand {
     /// Remove podmend-labelled containers whose owner pod no longer exists (or, with
-    /// --older-than, stopped ones that stopped that long ago); one line per container.
+    /// --older-than, stopped ones that stopped that long ago), and with --images-high unused
+    /// images least recently used first; one line per removal. Once, or every --interval.
     Reap(GuardReapArgs),
 }
 
@@ -243,16 +245,23 @@ pub struct GuardRunArgs {
     #[arg(long, required = true, env = "PODMEND_OWNER_POD_UID")]
     pub owner_pod_uid: Option<String>,
     /// Policy collect: an exited container is removed once it has been exited this long
-    /// (90s, 5m, 1h).
+    /// (90s, 5m, 1h; 0s: as soon as it exits).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub min_age: Duration,
     /// Policy collect: how many exited containers a pod keeps; beyond, the oldest are removed.
     #[arg(long, default_value_t = DEFAULT_MAX_EXITED)]
     pub max_exited: u32,
-    /// Address of a plain-HTTP port serving GET /metrics, /healthz and /readyz; none by
-    /// default.
+    /// Address of a plain-HTTP port serving GET /metrics, /healthz (200 once every listener
+    /// is bound and the TLS tree written: a startupProbe) and /readyz (200 while the daemon
+    /// answers /_ping: a readinessProbe); none by default.
     #[arg(long, env = "PODMEND_GUARD_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// How long a client request waits for a daemon the guard has not reached yet (its
+    /// socket missing, its port closed, --cert-path files not written yet) before it gets
+    /// a 502; 0s answers at once. Once the daemon has answered, a daemon that goes away gets
+    /// an immediate 502, as straight to dockerd.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub upstream_wait: Duration,
     /// Seconds the removal of the pod's containers may take after SIGTERM.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub shutdown_seconds: u64,
@@ -273,6 +282,7 @@ impl GuardRunArgs {
         command.min_age = self.min_age;
         command.max_exited = self.max_exited;
         command.health_listen = self.metrics_listen;
+        command.upstream_wait = self.upstream_wait;
         Ok(command)
     }
 }
@@ -316,10 +326,34 @@ pub struct GuardReapArgs {
     /// Kubeconfig for listing pods; default: $KUBECONFIG, ~/.kube/config, or in-cluster.
     #[arg(long, conflicts_with = "older_than")]
     pub kubeconfig: Option<PathBuf>,
+    /// List only the pods of this node (a DaemonSet passes spec.nodeName from the downward
+    /// API): the node's daemon only runs containers of the node's pods.
+    #[arg(long, env = "NODE_NAME", conflicts_with = "older_than")]
+    pub node_name: Option<String>,
     /// Without a cluster: remove stopped podmend containers that stopped (or were created,
     /// if never started) at least this long ago: 30m, 2h, 1h30m, 7d.
     #[arg(long, value_parser = parse_duration)]
     pub older_than: Option<Duration>,
+    /// Keep running: a pass every DURATION (30s, 5m) until SIGTERM; a failed pass is logged
+    /// and the next one tried. Without it: one pass, then exit (1 if a removal failed).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+    /// Image budget: when the daemon's image layers (GET /system/df LayersSize) take more
+    /// than this (50Gi, 500Mi, bytes), remove unused images, least recently used first,
+    /// until under --images-low. No image pass without it.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "images_low")]
+    pub images_high: Option<u64>,
+    /// Image budget: the size to get back under once above --images-high.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "images_high")]
+    pub images_low: Option<u64>,
+    /// Image budget: never remove an image created, tagged or first seen less than this long
+    /// ago (as the kubelet's imageMinimumGCAge).
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = parse_duration)]
+    pub image_min_age: Duration,
+    /// Address of a plain-HTTP port serving GET /metrics, /healthz and /readyz (with
+    /// --interval).
+    #[arg(long, requires = "interval")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Print what would be removed and remove nothing.
     #[arg(long)]
     pub dry_run: bool,

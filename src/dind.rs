@@ -21,6 +21,11 @@ pub const POLICY_ANNOTATION: &str = "podmend.io/dind-policy";
 /// Every container, network and image the guard creates for a pod carries
 /// `podmend.io/owner-pod=<pod uid>`.
 pub const OWNER_LABEL: &str = "podmend.io/owner-pod";
+/// Images a pod builds or commits through the guard (policy `collect`) carry
+/// `podmend.io/built-by-pod=<pod uid>`: not [`OWNER_LABEL`], because a container created
+/// from an image inherits the image's labels, and one created outside any guard must never
+/// look like a container of the pod.
+pub const IMAGE_OWNER_LABEL: &str = "podmend.io/built-by-pod";
 /// The environment variable the guard reads its pod's UID from (downward API `metadata.uid`).
 pub const OWNER_UID_ENV: &str = "PODMEND_OWNER_POD_UID";
 
@@ -61,10 +66,10 @@ pub enum Policy {
     /// Change no request; remove exited containers the client did not remove once they are
     /// older than the minimum age or beyond the count kept per pod, and everything the pod
     /// created when it ends, as the kubelet collects dead containers.
+    #[default]
     Collect,
     /// Set HostConfig.AutoRemove, as docker run --rm does; containers with a restart policy
     /// or from docker compose are labelled and removed when the pod ends instead.
-    #[default]
     Rm,
     /// Refuse a create without --rm with 403 and a message the docker CLI prints.
     Deny,
@@ -306,6 +311,9 @@ pub fn format_duration(duration: Duration) -> String {
 pub const DEFAULT_MIN_AGE: Duration = Duration::from_secs(5 * 60);
 /// How many exited containers a pod keeps before the oldest are removed.
 pub const DEFAULT_MAX_EXITED: u32 = 20;
+/// How long a client request waits for a daemon the guard has not reached yet (the DinD
+/// sidecar still starting, its TLS material not written yet) before it gets a 502.
+pub const DEFAULT_UPSTREAM_WAIT: Duration = Duration::from_secs(2 * 60);
 
 /// The guard's command line (`podmend guard ...`), as the rule writes it and the CLI reads it.
 /// The owner pod's UID comes from [`OWNER_UID_ENV`], not from here.
@@ -330,6 +338,9 @@ pub struct GuardCommand {
     pub max_exited: u32,
     /// A plain-HTTP port for `/healthz`, `/readyz` and `/metrics` (the pod's probes).
     pub health_listen: Option<SocketAddr>,
+    /// How long a client request waits for a daemon that has not answered yet since the
+    /// guard started (socket missing, port closed, TLS files not written yet).
+    pub upstream_wait: Duration,
 }
 
 impl GuardCommand {
@@ -345,6 +356,7 @@ impl GuardCommand {
             min_age: DEFAULT_MIN_AGE,
             max_exited: DEFAULT_MAX_EXITED,
             health_listen: None,
+            upstream_wait: DEFAULT_UPSTREAM_WAIT,
         }
     }
 
@@ -375,6 +387,12 @@ impl GuardCommand {
         }
         if let Some(address) = self.health_listen {
             args.push(format!("--metrics-listen={address}"));
+        }
+        if self.upstream_wait != DEFAULT_UPSTREAM_WAIT {
+            args.push(format!(
+                "--upstream-wait={}",
+                format_duration(self.upstream_wait)
+            ));
         }
         args
     }

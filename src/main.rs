@@ -101,7 +101,11 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             match args.command {
                 Some(GuardSubcommand::Reap(reap)) => {
                     let mut stdout = std::io::stdout().lock();
-                    let report = runtime.block_on(guard::reap_command(&reap, &mut stdout))?;
+                    let report = runtime.block_on(guard::reap_command(
+                        &reap,
+                        &mut stdout,
+                        shutdown_signal(),
+                    ))?;
                     Ok(if report.failed > 0 {
                         ExitCode::FAILURE
                     } else {

@@ -86,6 +86,11 @@ fn every_setting() -> Vec<GuardCommand> {
     commands.push(GuardCommand {
         min_age: Duration::from_secs(0),
         max_exited: 0,
+        upstream_wait: Duration::from_secs(0),
+        ..base.clone()
+    });
+    commands.push(GuardCommand {
+        upstream_wait: Duration::from_secs(300),
         ..base
     });
     commands

@@ -1031,7 +1031,13 @@ fn an_unreachable_daemon_gets_a_502_with_a_json_message() {
     let guard = Guard::start_with(
         &missing,
         &uid("unreachable"),
-        &["--metrics-listen", &metrics.to_string()],
+        &[
+            "--metrics-listen",
+            &metrics.to_string(),
+            // A daemon not there yet is waited for: this test is about the answer after.
+            "--upstream-wait",
+            "0s",
+        ],
     );
     let responses = raw(&guard.socket, request("GET", "/_ping", "", true).as_bytes());
     assert_eq!(responses[0].status, 502, "{responses:?}");
@@ -1205,6 +1211,9 @@ fn a_tls_daemon_is_verified_and_spoken_to_with_a_client_certificate() {
         &tcp,
         &uid,
         &[
+            // This test was written when rm was the default; collect now is.
+            "--policy",
+            "rm",
             "--tls-verify",
             "--cert-path",
             &client_dir.display().to_string(),

@@ -1,5 +1,7 @@
 //! A minimal Docker Engine API client over the guard's upstream, for clean-up only: list
-//! containers by label, read when one stopped, remove one. One short connection per request.
+//! containers, networks and images by label, read when a container stopped, follow the
+//! daemon's events, read its disk usage, remove things. One short connection per request
+//! (and one long one per event stream).
 
 use std::collections::BTreeMap;
 use std::io;
@@ -8,8 +10,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt as _;
 
-use super::http::{BodyLength, Reader, ResponseHead};
-use super::upstream::Upstream;
+use super::http::{BodyLength, ChunkedDecoder, Reader, ResponseHead};
+use super::policy::query_escape;
+use super::upstream::{BoxStream, Upstream};
 
 /// Largest daemon answer read (a container list of thousands is a few MiB).
 const MAX_ANSWER: usize = 64 << 20;
@@ -49,6 +52,9 @@ pub struct ContainerSummary {
     pub names: Option<Vec<String>>,
     #[serde(default)]
     pub image: String,
+    /// The image's id (`sha256:...`).
+    #[serde(rename = "ImageID", default)]
+    pub image_id: String,
     #[serde(default)]
     pub state: String,
     /// Creation time, unix seconds.
@@ -88,6 +94,143 @@ pub enum Removal {
     Removed,
     /// Already gone (or already being removed, as `--rm` containers are when they exit).
     AlreadyGone,
+    /// Refused because it is in use: a container running again, an image a container uses,
+    /// a network with containers attached. Kept.
+    InUse,
+}
+
+/// One entry of `GET /networks`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct NetworkSummary {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// One image, as `GET /images/json` and `GET /system/df` list them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ImageSummary {
+    pub id: String,
+    #[serde(default)]
+    pub parent_id: String,
+    #[serde(default)]
+    pub repo_tags: Option<Vec<String>>,
+    /// Creation time, unix seconds.
+    #[serde(default)]
+    pub created: i64,
+    #[serde(default)]
+    pub size: i64,
+    /// Bytes shared with other images (`-1`: not computed).
+    #[serde(default)]
+    pub shared_size: i64,
+    /// Containers (running or not) using the image (`-1`: not computed).
+    #[serde(default)]
+    pub containers: i64,
+}
+
+impl ImageSummary {
+    /// Its tags, without Docker's `<none>:<none>` placeholder.
+    pub fn tags(&self) -> Vec<&str> {
+        self.repo_tags
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .filter(|t| *t != "<none>:<none>")
+            .collect()
+    }
+
+    /// The id without `sha256:`, 12 characters, as `docker images` shows it.
+    pub fn short_id(&self) -> &str {
+        let id = self.id.strip_prefix("sha256:").unwrap_or(&self.id);
+        id.get(..12).unwrap_or(id)
+    }
+}
+
+/// `GET /system/df`: what the images take.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct DiskUsage {
+    /// Bytes of every image layer, shared ones counted once.
+    #[serde(default)]
+    pub layers_size: i64,
+    #[serde(default)]
+    pub images: Option<Vec<ImageSummary>>,
+}
+
+/// One event of `GET /events`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Event {
+    #[serde(rename = "Type", default)]
+    pub kind: String,
+    #[serde(rename = "Action", default)]
+    pub action: String,
+    #[serde(rename = "Actor", default)]
+    pub actor: Actor,
+    /// Unix nanoseconds.
+    #[serde(rename = "timeNano", default)]
+    pub time_nano: i64,
+}
+
+/// What an event is about: its id and attributes (a container's labels, name, image).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Actor {
+    #[serde(rename = "ID", default)]
+    pub id: String,
+    #[serde(rename = "Attributes", default)]
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// A stream of daemon events, one JSON object per line in a chunked body.
+pub struct EventStream {
+    reader: Reader<tokio::io::ReadHalf<BoxStream>>,
+    _write: tokio::io::WriteHalf<BoxStream>,
+    length: BodyLength,
+    decoder: ChunkedDecoder,
+    pending: Vec<u8>,
+}
+
+impl EventStream {
+    /// The next event; `None` when the daemon ended the stream.
+    pub async fn next(&mut self) -> io::Result<Option<Event>> {
+        loop {
+            if let Some(newline) = self.pending.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=newline).collect();
+                let line = line.trim_ascii();
+                if line.is_empty() {
+                    continue;
+                }
+                match serde_json::from_slice::<Event>(line) {
+                    Ok(event) => return Ok(Some(event)),
+                    Err(error) => {
+                        tracing::debug!(%error, "an event the guard cannot read");
+                        continue;
+                    }
+                }
+            }
+            if self.decoder.is_done() {
+                return Ok(None);
+            }
+            if self.reader.buffered().is_empty() && self.reader.fill().await? == 0 {
+                return Ok(None);
+            }
+            match self.length {
+                BodyLength::Chunked => {
+                    let taken = self
+                        .decoder
+                        .feed(self.reader.buffered(), Some(&mut self.pending))
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    self.reader.consume(taken);
+                }
+                _ => {
+                    let n = self.reader.buffered().len();
+                    self.pending.extend_from_slice(self.reader.buffered());
+                    self.reader.consume(n);
+                }
+            }
+        }
+    }
 }
 
 /// Talks to the daemon behind an [`Upstream`].
@@ -128,12 +271,117 @@ impl DockerClient {
     /// Removes a container, running or not, with its anonymous volumes.
     pub async fn remove(&self, id: &str) -> Result<Removal, DockerError> {
         let path = format!("/containers/{}?force=1&v=1", query_escape(id));
-        let (status, body) = self.request("DELETE", &path).await?;
+        self.delete(&path).await
+    }
+
+    /// Removes a stopped container with its anonymous volumes, without force: one that runs
+    /// again (restarted in the meantime) is refused by the daemon and kept.
+    pub async fn remove_stopped(&self, id: &str) -> Result<Removal, DockerError> {
+        let path = format!("/containers/{}?v=1", query_escape(id));
+        self.delete(&path).await
+    }
+
+    /// Whether the daemon answers `GET /_ping`.
+    pub async fn ping(&self) -> Result<(), DockerError> {
+        self.expect_ok("GET", "/_ping").await.map(drop)
+    }
+
+    /// Every network carrying `label` (`KEY=VALUE`).
+    pub async fn networks_with_label(
+        &self,
+        label: &str,
+    ) -> Result<Vec<NetworkSummary>, DockerError> {
+        let filters = json!({ "label": [label] }).to_string();
+        self.get_json(&format!("/networks?filters={}", query_escape(&filters)))
+            .await
+    }
+
+    /// Removes a network; one with containers attached is refused and kept.
+    pub async fn remove_network(&self, id: &str) -> Result<Removal, DockerError> {
+        self.delete(&format!("/networks/{}", query_escape(id)))
+            .await
+    }
+
+    /// Every image carrying `label` (`KEY=VALUE`).
+    pub async fn images_with_label(&self, label: &str) -> Result<Vec<ImageSummary>, DockerError> {
+        let filters = json!({ "label": [label] }).to_string();
+        self.get_json(&format!("/images/json?filters={}", query_escape(&filters)))
+            .await
+    }
+
+    /// Every image, intermediate ones too (to know which images are parents).
+    pub async fn all_images(&self) -> Result<Vec<ImageSummary>, DockerError> {
+        self.get_json("/images/json?all=1").await
+    }
+
+    /// `GET /images/{name}/json`: (created, last tagged) in unix seconds.
+    pub async fn image_times(&self, name: &str) -> Result<(i64, Option<i64>), DockerError> {
+        let inspect: Value = self
+            .get_json(&format!("/images/{}/json", path_escape(name)))
+            .await?;
+        let time = |pointer: &str| {
+            inspect
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .and_then(parse_rfc3339)
+        };
+        Ok((
+            time("/Created").unwrap_or(0),
+            time("/Metadata/LastTagTime").filter(|t| *t > 0),
+        ))
+    }
+
+    /// Removes an image by reference (a tag: untags it, and removes the image with its last
+    /// tag) or id, without force: an image a container uses is refused and kept.
+    pub async fn remove_image(&self, name: &str) -> Result<Removal, DockerError> {
+        self.delete(&format!("/images/{}", path_escape(name))).await
+    }
+
+    /// Every container, running or not.
+    pub async fn all_containers(&self) -> Result<Vec<ContainerSummary>, DockerError> {
+        self.get_json("/containers/json?all=1").await
+    }
+
+    /// `GET /system/df`.
+    pub async fn disk_usage(&self) -> Result<DiskUsage, DockerError> {
+        self.get_json("/system/df").await
+    }
+
+    /// Follows `GET /events` with `filters` (the Engine API's JSON map of lists).
+    pub async fn events(&self, filters: &Value) -> Result<EventStream, DockerError> {
+        let path = format!("/events?filters={}", query_escape(&filters.to_string()));
+        let (status, reader, write, length) = self.open("GET", &path).await?;
+        if !(200..300).contains(&status) {
+            let mut reader = reader;
+            let body = match length {
+                BodyLength::Empty => Vec::new(),
+                length => reader.read_body(length, 1 << 20).await.unwrap_or_default(),
+            };
+            return Err(self.status_error("GET", &path, status, &body));
+        }
+        Ok(EventStream {
+            reader,
+            _write: write,
+            length,
+            decoder: ChunkedDecoder::new(),
+            pending: Vec::new(),
+        })
+    }
+
+    async fn get_json<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T, DockerError> {
+        let body = self.expect_ok("GET", path).await?;
+        serde_json::from_slice(&body).map_err(|e| self.exchange_error("GET", path, e.to_string()))
+    }
+
+    async fn delete(&self, path: &str) -> Result<Removal, DockerError> {
+        let (status, body) = self.request("DELETE", path).await?;
         match status {
             200..=299 => Ok(Removal::Removed),
             404 => Ok(Removal::AlreadyGone),
             409 if message(&body).contains("already in progress") => Ok(Removal::AlreadyGone),
-            _ => Err(self.status_error("DELETE", &path, status, &body)),
+            // Containers running, images in use, networks with endpoints.
+            403 | 409 => Ok(Removal::InUse),
+            _ => Err(self.status_error("DELETE", path, status, &body)),
         }
     }
 
@@ -151,6 +399,32 @@ impl DockerClient {
         method: &'static str,
         path: &str,
     ) -> Result<(u16, Vec<u8>), DockerError> {
+        let (status, mut reader, _write, length) = self.open(method, path).await?;
+        let body = match length {
+            BodyLength::Empty => Vec::new(),
+            length => reader
+                .read_body(length, MAX_ANSWER)
+                .await
+                .map_err(|e| self.exchange_error(method, path, e.to_string()))?,
+        };
+        Ok((status, body))
+    }
+
+    /// Sends a request without a body; returns the status, the reader positioned at the
+    /// response body, the write half (kept open for streams) and the body's framing.
+    async fn open(
+        &self,
+        method: &'static str,
+        path: &str,
+    ) -> Result<
+        (
+            u16,
+            Reader<tokio::io::ReadHalf<BoxStream>>,
+            tokio::io::WriteHalf<BoxStream>,
+            BodyLength,
+        ),
+        DockerError,
+    > {
         let stream = self
             .upstream
             .connect()
@@ -179,14 +453,7 @@ impl DockerClient {
         let length = response
             .body_length(method)
             .map_err(|e| fail(e.to_string()))?;
-        let body = match length {
-            BodyLength::Empty => Vec::new(),
-            length => reader
-                .read_body(length, MAX_ANSWER)
-                .await
-                .map_err(|e| fail(e.to_string()))?,
-        };
-        Ok((response.status, body))
+        Ok((response.status, reader, write, length))
     }
 
     fn exchange_error(&self, method: &'static str, path: &str, reason: String) -> DockerError {
@@ -223,17 +490,19 @@ fn message(body: &[u8]) -> String {
         .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string())
 }
 
-/// Percent-encodes everything but RFC 3986 unreserved characters.
-fn query_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len() * 3);
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+/// Percent-encodes a name for a path segment the way the docker CLI sends image names:
+/// `/`, `:` and `@` (registry, tag, digest) stay as they are.
+fn path_escape(name: &str) -> String {
+    name.split(['/', ':', '@'])
+        .map(query_escape)
+        .zip(
+            name.chars()
+                .filter(|c| matches!(c, '/' | ':' | '@'))
+                .map(|c| c.to_string())
+                .chain(std::iter::once(String::new())),
+        )
+        .map(|(part, separator)| part + &separator)
+        .collect()
 }
 
 /// `2024-05-01T12:34:56.123456789Z` (or with a `+hh:mm` offset) as unix seconds.
@@ -319,6 +588,51 @@ mod tests {
             query_escape(r#"{"label":["podmend.io/owner-pod=a b"]}"#),
             "%7B%22label%22%3A%5B%22podmend.io%2Fowner-pod%3Da%20b%22%5D%7D"
         );
+    }
+
+    #[test]
+    fn image_names_keep_their_registry_tag_and_digest_separators() {
+        assert_eq!(
+            path_escape("mirror.example:5000/ci/app:b 1"),
+            "mirror.example:5000/ci/app:b%201"
+        );
+        assert_eq!(path_escape("sha256:ab"), "sha256:ab");
+        assert_eq!(path_escape("a@sha256:cd"), "a@sha256:cd");
+    }
+
+    #[tokio::test]
+    async fn events_are_read_line_by_line_across_chunk_boundaries() {
+        let (mut daemon, guard_side) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(Box::pin(guard_side) as BoxStream);
+        let mut stream = EventStream {
+            reader: Reader::new(read),
+            _write: write,
+            length: BodyLength::Chunked,
+            decoder: ChunkedDecoder::new(),
+            pending: Vec::new(),
+        };
+        let first = r#"{"Type":"container","Action":"die","Actor":{"ID":"abc","Attributes":{"name":"b"}},"timeNano":5}"#;
+        let second = r#"{"Type":"container","Action":"start","Actor":{"ID":"def"},"timeNano":6}"#;
+        let body = format!("{first}\n{second}\n");
+        let (a, b) = body.split_at(40);
+        let wire = format!("{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n", a.len(), b.len());
+        daemon.write_all(wire.as_bytes()).await.unwrap();
+        let event = stream.next().await.unwrap().unwrap();
+        assert_eq!(
+            (
+                event.action.as_str(),
+                event.actor.id.as_str(),
+                event.time_nano
+            ),
+            ("die", "abc", 5)
+        );
+        assert_eq!(event.actor.attributes["name"], "b");
+        let event = stream.next().await.unwrap().unwrap();
+        assert_eq!(
+            (event.action.as_str(), event.actor.id.as_str()),
+            ("start", "def")
+        );
+        assert!(stream.next().await.unwrap().is_none());
     }
 
     #[test]

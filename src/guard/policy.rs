@@ -1,12 +1,13 @@
-//! The guard's decision, as pure functions: which requests are container creates, swarm
-//! requests or builds (on the *normalised* path, so spelling tricks do not bypass it) and what
-//! happens to each under each policy. No I/O: the proxy asks, this module answers.
+//! The guard's decision, as pure functions: which requests are container or network creates,
+//! swarm requests, builds, tags or commits (on the *normalised* path, so spelling tricks do
+//! not bypass it) and what happens to each under each policy ([`plan`], then [`decide`] for
+//! a body). No I/O: the proxy asks, this module answers.
 
 use std::fmt;
 
 use serde_json::{Map, Value};
 
-pub use crate::dind::{OWNER_LABEL, Policy};
+pub use crate::dind::{IMAGE_OWNER_LABEL, OWNER_LABEL, Policy};
 /// Containers the guard could not make `--rm` are labelled `podmend.io/reap=true`.
 pub const REAP_LABEL: &str = "podmend.io/reap";
 /// `docker compose` labels its containers with their project.
@@ -73,7 +74,9 @@ pub enum Outcome {
     PassThrough,
     /// A container create, decided.
     Create(CreateVerdict),
-    /// A container create whose body cannot be judged: answer 400 with this message.
+    /// A network create (policy `collect`): send this body, which carries the owner label.
+    Network(Vec<u8>),
+    /// A create whose body cannot be judged: answer 400 with this message.
     Invalid(String),
 }
 
@@ -159,6 +162,223 @@ pub fn is_form_content_type(value: &[u8]) -> bool {
     let value = String::from_utf8_lossy(value);
     let media_type = value.split(';').next().unwrap_or_default();
     media_type.trim().to_lowercase().contains("form")
+}
+
+/// The requests the guard acts on; every other request is relayed untouched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestKind {
+    /// `POST /containers/create`.
+    ContainerCreate,
+    /// `POST /networks/create`.
+    NetworkCreate,
+    /// `POST /build` (the classic builder, or BuildKit through the daemon's session).
+    Build,
+    /// `POST /swarm/init`, `/swarm/join`, `/services/create`, `/services/{id}/update`.
+    Swarm,
+    /// `POST /images/{name}/tag`: the pod names an image.
+    ImageTag,
+    /// `POST /commit`: the pod makes an image of a container.
+    Commit,
+    /// Anything else.
+    Other,
+}
+
+impl RequestKind {
+    pub const ALL: [RequestKind; 7] = [
+        RequestKind::ContainerCreate,
+        RequestKind::NetworkCreate,
+        RequestKind::Build,
+        RequestKind::Swarm,
+        RequestKind::ImageTag,
+        RequestKind::Commit,
+        RequestKind::Other,
+    ];
+}
+
+/// What kind of request `method target` is, judged on [`normalise_path`].
+pub fn classify(method: &str, target: &str) -> RequestKind {
+    if is_container_create(method, target) {
+        return RequestKind::ContainerCreate;
+    }
+    if is_swarm_request(method, target) {
+        return RequestKind::Swarm;
+    }
+    if !method.eq_ignore_ascii_case("POST") {
+        return RequestKind::Other;
+    }
+    let path = normalise_path(target);
+    match path.as_str() {
+        "/networks/create" => RequestKind::NetworkCreate,
+        "/build" => RequestKind::Build,
+        "/commit" => RequestKind::Commit,
+        _ if path.starts_with("/images/") && path.ends_with("/tag") && path.len() > 12 => {
+            RequestKind::ImageTag
+        }
+        _ => RequestKind::Other,
+    }
+}
+
+/// What the proxy does with a request before the daemon sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Relay it as sent.
+    Relay,
+    /// Relay it with this request-target instead.
+    Retarget(String),
+    /// Answer `status` with `message` and close; the daemon never sees the request.
+    Refuse { status: u16, message: &'static str },
+    /// Read the body and judge it with [`decide`].
+    JudgeBody,
+}
+
+/// The guard's plan for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub kind: RequestKind,
+    pub action: Action,
+    /// An image reference this request gives a name to, which the pod removes when it ends
+    /// if the daemon answers with success (policy `collect`: `docker tag`).
+    pub records: Option<String>,
+}
+
+/// Plans one request under `policy` for the pod `owner`: `form_body` says whether its
+/// `Content-Type` is a form ([`is_form_content_type`]), which only matters for builds.
+pub fn plan(policy: Policy, owner: &str, method: &str, target: &str, form_body: bool) -> Plan {
+    let kind = classify(method, target);
+    let relay = |action| Plan {
+        kind,
+        action,
+        records: None,
+    };
+    match kind {
+        RequestKind::ContainerCreate => relay(Action::JudgeBody),
+        RequestKind::NetworkCreate if policy == Policy::Collect => relay(Action::JudgeBody),
+        RequestKind::Swarm if enforces_removal(policy) => relay(Action::Refuse {
+            status: 403,
+            message: SWARM_MESSAGE,
+        }),
+        RequestKind::Build if enforces_removal(policy) && form_body => relay(Action::Refuse {
+            status: 400,
+            message: BUILD_FORM_MESSAGE,
+        }),
+        RequestKind::Build if policy == Policy::Collect => relay(Action::Retarget(
+            build_target_labelled(&build_target_removing_intermediates(target), owner),
+        )),
+        RequestKind::Build if enforces_removal(policy) => relay(Action::Retarget(
+            build_target_removing_intermediates(target),
+        )),
+        RequestKind::Commit if policy == Policy::Collect => {
+            relay(Action::Retarget(commit_target_labelled(target, owner)))
+        }
+        RequestKind::ImageTag if policy == Policy::Collect => Plan {
+            kind,
+            action: Action::Relay,
+            records: tag_reference(target),
+        },
+        _ => relay(Action::Relay),
+    }
+}
+
+/// The build target with the image label `podmend.io/built-by-pod=<owner>` first in its
+/// query, merged into the client's own `labels` (Go's `FormValue` reads the first value).
+/// A client `labels` value that is not a JSON object of strings is left alone: the daemon
+/// refuses that build anyway.
+pub fn build_target_labelled(target: &str, owner: &str) -> String {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut labels = Map::new();
+    if let Some(given) = first_query_value(query, "labels")
+        && !given.is_empty()
+    {
+        match serde_json::from_str::<Map<String, Value>>(&given) {
+            Ok(map) if map.values().all(Value::is_string) => labels = map,
+            _ => return target.to_string(),
+        }
+    }
+    labels.insert(
+        IMAGE_OWNER_LABEL.to_string(),
+        Value::String(owner.to_string()),
+    );
+    let encoded = query_escape(&Value::Object(labels).to_string());
+    if query.is_empty() && !target.contains('?') {
+        format!("{path}?labels={encoded}")
+    } else {
+        format!("{path}?labels={encoded}&{query}")
+    }
+}
+
+/// The commit target with one more `changes` line: the image gets
+/// `podmend.io/built-by-pod=<owner>`, and the container's own `podmend.io/owner-pod` and
+/// `podmend.io/reap` labels, which the image would inherit and pass on to every container
+/// made from it (outside any guard too), are blanked.
+pub fn commit_target_labelled(target: &str, owner: &str) -> String {
+    let quoted = |value: &str| {
+        let escaped = value.replace('\\', "\\\\").replace('"', "\\\"");
+        format!("\"{escaped}\"")
+    };
+    let change = format!(
+        "LABEL {IMAGE_OWNER_LABEL}={} {OWNER_LABEL}=\"\" {REAP_LABEL}=\"\"",
+        quoted(owner)
+    );
+    let separator = if target.contains('?') { "&" } else { "?" };
+    format!("{target}{separator}changes={}", query_escape(&change))
+}
+
+/// The reference `POST /images/{name}/tag?repo=R&tag=T` creates: `R:T` (`latest` without a
+/// tag), as the daemon reads the first value of each.
+pub fn tag_reference(target: &str) -> Option<String> {
+    let query = target.split_once('?')?.1;
+    let repo = first_query_value(query, "repo").filter(|r| !r.is_empty())?;
+    let tag = first_query_value(query, "tag").filter(|t| !t.is_empty());
+    Some(format!("{repo}:{}", tag.as_deref().unwrap_or("latest")))
+}
+
+/// The first value of `key` in `query`, decoded as Go's `url.ParseQuery` does (`+` is a
+/// space, `%XX` an escape); pairs whose key does not decode are skipped, as Go skips them.
+pub fn first_query_value(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let k = go_query_unescape(k)?;
+        (k == key).then(|| go_query_unescape(v)).flatten()
+    })
+}
+
+/// Go's `url.QueryUnescape`: `None` on a malformed escape.
+fn go_query_unescape(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let high = hex(*bytes.get(i + 1)?)?;
+                let low = hex(*bytes.get(i + 2)?)?;
+                out.push(high << 4 | low);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+pub fn query_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() * 3);
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 /// The request path as the guard judges it: a scheme and authority (as Go's server reads them)
@@ -266,8 +486,9 @@ fn query_name(target: &str) -> Option<String> {
     })
 }
 
-/// Decides one request: relays anything but a container create; judges a create's body under
-/// `policy`, adds the owner label `owner_pod_uid`, and returns the body to send.
+/// Decides one request: relays anything but a container create (and, under `collect`, a
+/// network create); judges a create's body under `policy`, adds the owner label
+/// `owner_pod_uid`, and returns the body to send.
 pub fn decide(
     policy: Policy,
     owner_pod_uid: &str,
@@ -275,8 +496,17 @@ pub fn decide(
     target: &str,
     body: &[u8],
 ) -> Outcome {
-    if !is_container_create(method, target) {
-        return Outcome::PassThrough;
+    match classify(method, target) {
+        RequestKind::ContainerCreate => {}
+        RequestKind::NetworkCreate if policy == Policy::Collect => {
+            return match label_network(owner_pod_uid, body) {
+                Ok(body) => Outcome::Network(body),
+                Err(message) => Outcome::Invalid(format!(
+                    "podmend guard: cannot judge the network create request: {message}"
+                )),
+            };
+        }
+        _ => return Outcome::PassThrough,
     }
     match decide_create(policy, owner_pod_uid, body) {
         Ok(mut verdict) => {
@@ -287,6 +517,25 @@ pub fn decide(
             "podmend guard: cannot judge the container create request: {message}"
         )),
     }
+}
+
+/// A network create body with the owner label added (the client's labels kept, a forged
+/// owner label overwritten).
+fn label_network(owner: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut config: Value =
+        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
+    let Some(config) = config.as_object_mut() else {
+        return Err("the body is not a JSON object".to_string());
+    };
+    canonicalise(config, "Labels")?;
+    let mut labels = match config.get("Labels") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(labels)) => labels.clone(),
+        Some(_) => return Err("Labels is not a JSON object".to_string()),
+    };
+    labels.insert(OWNER_LABEL.to_string(), Value::String(owner.to_string()));
+    config.insert("Labels".to_string(), Value::Object(labels));
+    serde_json::to_vec(config).map_err(|e| format!("cannot encode the body: {e}"))
 }
 
 fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<CreateVerdict, String> {
@@ -347,6 +596,8 @@ fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<CreateVerdi
     let (decision, set_auto_remove, reap) = match (policy, auto_remove, exception) {
         (_, true, _) => (Decision::Rm, false, false),
         (Policy::Audit, false, _) => (Decision::Audit, false, false),
+        // Compose containers stay until `docker compose down` or the pod's end.
+        (Policy::Collect, false, Some(Decision::Compose)) => (Decision::Compose, false, true),
         (Policy::Collect, false, _) => (Decision::Collect, false, true),
         (Policy::Reap, false, _) => (Decision::Reap, false, true),
         (Policy::Rm | Policy::Deny, false, Some(exception)) => (exception, false, true),
@@ -661,6 +912,11 @@ mod tests {
             (Policy::Audit, &plain, Decision::Audit, false, false),
             (Policy::Audit, &restart, Decision::Audit, false, false),
             (Policy::Audit, &with_rm, Decision::Rm, true, false),
+            (Policy::Collect, &plain, Decision::Collect, false, true),
+            (Policy::Collect, &restart, Decision::Collect, false, true),
+            (Policy::Collect, &restart_no, Decision::Collect, false, true),
+            (Policy::Collect, &compose, Decision::Compose, false, true),
+            (Policy::Collect, &with_rm, Decision::Rm, true, false),
         ];
         for (policy, body, decision, auto_remove, reap) in table {
             let verdict = create(policy, body.clone());
@@ -833,5 +1089,178 @@ mod tests {
             Some("a-b")
         );
         assert_eq!(query_name("/containers/create?x=1").as_deref(), None);
+    }
+
+    const TAG: &str = "/v1.41/images/busybox:latest/tag?repo=ci%2Fapp&tag=B1";
+
+    /// One request of each kind, as the docker CLI sends it.
+    fn request_of(kind: RequestKind) -> (&'static str, &'static str) {
+        match kind {
+            RequestKind::ContainerCreate => ("POST", "/v1.41/containers/create?name=x"),
+            RequestKind::NetworkCreate => ("POST", "/v1.41/networks/create"),
+            RequestKind::Build => (
+                "POST",
+                "/v1.41/build?t=app%3A1&labels=%7B%22a%22%3A%22b%22%7D",
+            ),
+            RequestKind::Swarm => ("POST", "/v1.41/swarm/init"),
+            RequestKind::ImageTag => ("POST", TAG),
+            RequestKind::Commit => ("POST", "/v1.41/commit?container=b&repo=img&tag=1"),
+            RequestKind::Other => ("GET", "/v1.41/containers/json"),
+        }
+    }
+
+    #[test]
+    fn every_policy_has_a_plan_for_every_request_kind() {
+        let labelled_build = format!(
+            "/v1.41/build?labels={}&rm=1&forcerm=1&t=app%3A1&labels=%7B%22a%22%3A%22b%22%7D",
+            query_escape(&format!(r#"{{"a":"b","{IMAGE_OWNER_LABEL}":"{UID}"}}"#))
+        );
+        let plain_build = "/v1.41/build?rm=1&forcerm=1&t=app%3A1&labels=%7B%22a%22%3A%22b%22%7D";
+        let labelled_commit = format!(
+            "/v1.41/commit?container=b&repo=img&tag=1&changes={}",
+            query_escape(&format!(
+                r#"LABEL {IMAGE_OWNER_LABEL}="{UID}" {OWNER_LABEL}="" {REAP_LABEL}="""#
+            ))
+        );
+        let swarm = Action::Refuse {
+            status: 403,
+            message: SWARM_MESSAGE,
+        };
+        use Action::{JudgeBody, Relay, Retarget};
+        use RequestKind::*;
+        // (policy, kind) -> (action, recorded reference)
+        let expected = |policy: Policy, kind: RequestKind| -> (Action, Option<&str>) {
+            match (policy, kind) {
+                (_, ContainerCreate) => (JudgeBody, None),
+                (Policy::Collect, NetworkCreate) => (JudgeBody, None),
+                (_, NetworkCreate) => (Relay, None),
+                (Policy::Collect, Build) => (Retarget(labelled_build.clone()), None),
+                (Policy::Audit, Build) => (Relay, None),
+                (_, Build) => (Retarget(plain_build.to_string()), None),
+                (Policy::Audit, Swarm) => (Relay, None),
+                (_, Swarm) => (swarm.clone(), None),
+                (Policy::Collect, ImageTag) => (Relay, Some("ci/app:B1")),
+                (_, ImageTag) => (Relay, None),
+                (Policy::Collect, Commit) => (Retarget(labelled_commit.clone()), None),
+                (_, Commit) => (Relay, None),
+                (_, Other) => (Relay, None),
+            }
+        };
+        for policy in Policy::ALL {
+            for kind in RequestKind::ALL {
+                let (method, target) = request_of(kind);
+                assert_eq!(classify(method, target), kind, "{target}");
+                let plan = plan(policy, UID, method, target, false);
+                let (action, records) = expected(policy, kind);
+                assert_eq!(plan.kind, kind);
+                assert_eq!(plan.action, action, "{policy} {kind:?}");
+                assert_eq!(plan.records.as_deref(), records, "{policy} {kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_build_with_a_form_body_is_refused_under_every_policy_but_audit() {
+        let (method, target) = request_of(RequestKind::Build);
+        for policy in Policy::ALL {
+            let action = plan(policy, UID, method, target, true).action;
+            if policy == Policy::Audit {
+                assert_eq!(action, Action::Relay);
+            } else {
+                assert_eq!(
+                    action,
+                    Action::Refuse {
+                        status: 400,
+                        message: BUILD_FORM_MESSAGE
+                    },
+                    "{policy}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn build_labels_are_merged_with_the_clients_and_read_first() {
+        let owner = |target: &str| -> Value {
+            let query = target.split_once('?').unwrap().1;
+            serde_json::from_str(&first_query_value(query, "labels").unwrap()).unwrap()
+        };
+        assert_eq!(
+            owner(&build_target_labelled("/build", UID)),
+            json!({IMAGE_OWNER_LABEL: UID})
+        );
+        // A forged owner is overwritten; the client's other labels stay, in order.
+        let forged = format!(
+            "/build?labels={}",
+            query_escape(&format!(r#"{{"z":"1","{IMAGE_OWNER_LABEL}":"x","a":"2"}}"#))
+        );
+        let labelled = build_target_labelled(&forged, UID);
+        assert_eq!(
+            owner(&labelled).to_string(),
+            format!(r#"{{"z":"1","{IMAGE_OWNER_LABEL}":"{UID}","a":"2"}}"#)
+        );
+        // A `+` is a space and `%6Cabels` is `labels`, as Go reads them.
+        let spelled = "/build?%6Cabels=%7B%22k%22:%22a+b%22%7D";
+        assert_eq!(
+            owner(&build_target_labelled(spelled, UID)),
+            json!({"k": "a b", IMAGE_OWNER_LABEL: UID})
+        );
+        // Labels the daemon would refuse are left for it to refuse.
+        for target in ["/build?labels=nope", "/build?labels=%7B%22k%22:1%7D"] {
+            assert_eq!(build_target_labelled(target, UID), target);
+        }
+    }
+
+    #[test]
+    fn tag_references_default_to_latest_and_need_a_repository() {
+        for (target, reference) in [
+            (TAG, Some("ci/app:B1")),
+            ("/images/abc/tag?repo=x", Some("x:latest")),
+            ("/images/abc/tag?tag=1&repo=r%2Fs&repo=t", Some("r/s:1")),
+            ("/images/abc/tag?tag=1", None),
+            ("/images/abc/tag", None),
+        ] {
+            assert_eq!(tag_reference(target).as_deref(), reference, "{target}");
+        }
+        for (method, target) in [
+            ("POST", "/images/a/b/tag?repo=x"),
+            ("POST", "/V1.41/Images/a%2Fb/Tag"),
+        ] {
+            assert_eq!(classify(method, target), RequestKind::ImageTag, "{target}");
+        }
+        for (method, target) in [
+            ("POST", "/images/tag"),
+            ("GET", "/images/a/tag"),
+            ("POST", "/images/a/push"),
+            ("POST", "/images//tag"),
+        ] {
+            assert_eq!(classify(method, target), RequestKind::Other, "{target}");
+        }
+    }
+
+    #[test]
+    fn network_creates_get_the_owner_label_under_collect_only() {
+        let body =
+            br#"{"Name":"ci","labels":{"a":"b","podmend.io/owner-pod":"x"},"Driver":"bridge"}"#;
+        let Outcome::Network(sent) =
+            decide(Policy::Collect, UID, "POST", "/v1.41/networks/create", body)
+        else {
+            panic!("not labelled");
+        };
+        let sent: Value = serde_json::from_slice(&sent).unwrap();
+        assert_eq!(
+            sent,
+            json!({"Name": "ci", "Labels": {"a": "b", OWNER_LABEL: UID}, "Driver": "bridge"})
+        );
+        for policy in [Policy::Rm, Policy::Deny, Policy::Reap, Policy::Audit] {
+            assert_eq!(
+                decide(policy, UID, "POST", "/networks/create", body),
+                Outcome::PassThrough
+            );
+        }
+        assert!(matches!(
+            decide(Policy::Collect, UID, "POST", "/networks/create", b"[]"),
+            Outcome::Invalid(_)
+        ));
     }
 }

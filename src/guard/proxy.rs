@@ -1,12 +1,14 @@
 //! One client connection of the guard: every request on it relayed in turn over one daemon
-//! connection (bodies streamed both ways, no body timeout), container creates, swarm requests
-//! and builds judged by [`policy`](super::policy), and upgraded (`101`) or hijacked (`200`
-//! then raw) connections relayed byte for byte with half-close. Never panics on input; errors
-//! end the connection.
+//! connection (bodies streamed both ways, no body timeout), container and network creates,
+//! swarm requests, builds, tags and commits planned by [`policy`](super::policy), and
+//! upgraded (`101`) or hijacked (`200` then raw) connections relayed byte for byte with
+//! half-close. A request that arrives before the daemon has ever answered waits for it
+//! (bounded). Never panics on input; errors end the connection.
 
+use std::collections::BTreeSet;
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadHalf, WriteHalf};
@@ -17,9 +19,7 @@ use super::http::{
     ResponseHead,
 };
 use super::metrics::GuardMetrics;
-use super::policy::{
-    self, BUILD_FORM_MESSAGE, DENY_MESSAGE, MAX_CREATE_BODY, Outcome, Policy, SWARM_MESSAGE,
-};
+use super::policy::{self, Action, DENY_MESSAGE, MAX_CREATE_BODY, Outcome, Policy, RequestKind};
 use super::upstream::{BoxStream, Upstream};
 
 /// How long a closing connection keeps reading what the client still sends, so the client
@@ -61,6 +61,95 @@ pub struct Shared {
     /// Set when the guard shuts down: creates are refused from then on, so nothing is
     /// created behind the final clean-up.
     pub shutting_down: AtomicBool,
+    /// How long a request waits for a daemon the guard has not reached yet.
+    pub upstream_wait: Duration,
+    /// Whether the daemon has answered once: from then on a failure is answered at once.
+    reached: AtomicBool,
+    /// Whether the wait was logged (once).
+    wait_logged: AtomicBool,
+    /// Image references the pod tagged through the guard (policy `collect`).
+    images: Mutex<BTreeSet<String>>,
+}
+
+impl Shared {
+    pub fn new(
+        upstream: Upstream,
+        policy: Policy,
+        owner_pod_uid: &str,
+        metrics: Arc<GuardMetrics>,
+        upstream_wait: Duration,
+    ) -> Self {
+        Self {
+            upstream,
+            policy,
+            owner_pod_uid: owner_pod_uid.to_string(),
+            metrics,
+            shutting_down: AtomicBool::new(false),
+            upstream_wait,
+            reached: AtomicBool::new(false),
+            wait_logged: AtomicBool::new(false),
+            images: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The image references the pod tagged, in order.
+    pub fn recorded_images(&self) -> Vec<String> {
+        self.images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    fn record_image(&self, reference: String) {
+        tracing::debug!(image = %reference, "the pod tagged an image");
+        self.images
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(reference);
+    }
+
+    /// A new connection to the daemon. Until the daemon has answered once, a daemon that is
+    /// not there yet (socket missing, port closed, TLS files not written yet) is waited for,
+    /// up to `upstream_wait` from now; a certificate the CA does not vouch for is not.
+    pub async fn connect_upstream(&self) -> io::Result<BoxStream> {
+        let deadline = tokio::time::Instant::now() + self.upstream_wait;
+        let mut pause = Duration::from_millis(50);
+        loop {
+            match self.upstream.connect().await {
+                Ok(stream) => {
+                    if !self.reached.swap(true, Ordering::AcqRel)
+                        && self.wait_logged.load(Ordering::Acquire)
+                    {
+                        tracing::info!(upstream = %self.upstream, "the Docker daemon answers now");
+                    }
+                    return Ok(stream);
+                }
+                Err(error) => {
+                    let now = tokio::time::Instant::now();
+                    let waiting = !self.reached.load(Ordering::Acquire)
+                        && !matches!(
+                            error.kind(),
+                            io::ErrorKind::InvalidData | io::ErrorKind::PermissionDenied
+                        );
+                    if !waiting || now >= deadline {
+                        return Err(error);
+                    }
+                    if !self.wait_logged.swap(true, Ordering::AcqRel) {
+                        tracing::info!(
+                            upstream = %self.upstream,
+                            %error,
+                            wait_seconds = self.upstream_wait.as_secs(),
+                            "the Docker daemon is not there yet; requests wait for it"
+                        );
+                    }
+                    tokio::time::sleep(pause.min(deadline - now)).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
 }
 
 type ClientIn = Reader<ReadHalf<BoxStream>>;
@@ -125,9 +214,19 @@ async fn run(
                 }
             };
         let close_after = request.wants_close();
-
-        if policy::is_swarm_request(&request.method, &request.target) {
-            let refused = policy::enforces_removal(shared.policy);
+        let form_body = request
+            .headers
+            .all("content-type")
+            .any(policy::is_form_content_type);
+        let plan = policy::plan(
+            shared.policy,
+            &shared.owner_pod_uid,
+            &request.method,
+            &request.target,
+            form_body,
+        );
+        if plan.kind == RequestKind::Swarm {
+            let refused = matches!(plan.action, Action::Refuse { .. });
             shared.metrics.swarm_request(refused);
             tracing::info!(
                 path = %request.target,
@@ -135,108 +234,109 @@ async fn run(
                 refused,
                 "swarm request"
             );
-            if refused {
-                // The body is not read: closing is simpler than framing it away.
-                reply(client_out, 403, SWARM_MESSAGE, true).await?;
-                return Ok(Next::Close);
-            }
-        } else if policy::is_build(&request.method, &request.target)
-            && policy::enforces_removal(shared.policy)
-        {
-            if request
-                .headers
-                .all("content-type")
-                .any(policy::is_form_content_type)
-            {
-                tracing::info!(path = %request.target, "build with a form body refused");
-                reply(client_out, 400, BUILD_FORM_MESSAGE, true).await?;
-                return Ok(Next::Close);
-            }
-            request.target = policy::build_target_removing_intermediates(&request.target);
-            tracing::debug!(path = %request.target, "build: intermediate containers removed");
         }
 
         let mut create_body = None;
         let mut streamed_body = body_length;
-        if policy::is_container_create(&request.method, &request.target) {
-            if shared.shutting_down.load(Ordering::Acquire) {
-                let message = "podmend guard: the pod is shutting down; no new containers";
-                reply(client_out, 503, message, true).await?;
+        match plan.action {
+            Action::Relay => {}
+            Action::Refuse { status, message } => {
+                if plan.kind == RequestKind::Build {
+                    tracing::info!(path = %request.target, "build with a form body refused");
+                }
+                // The body is not read: closing is simpler than framing it away.
+                reply(client_out, status, message, true).await?;
                 return Ok(Next::Close);
             }
-            if request.headers.has_token("expect", "100-continue") {
-                request.headers.remove("expect");
-                client_out
-                    .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    .await
-                    .map_err(ProxyError::ClientWrite)?;
+            Action::Retarget(target) => {
+                tracing::debug!(from = %request.target, to = %target, "request relayed with a new target");
+                request.target = target;
             }
-            let body = match client_in.read_body(body_length, MAX_CREATE_BODY).await {
-                Ok(body) => body,
-                Err(ReadBodyError::TooLarge) => {
-                    let message = format!(
-                        "podmend guard: the container create body is larger than {} MiB",
-                        MAX_CREATE_BODY >> 20
-                    );
-                    reply(client_out, 413, &message, true).await?;
+            Action::JudgeBody => {
+                if shared.shutting_down.load(Ordering::Acquire) {
+                    let message = "podmend guard: the pod is shutting down; no new containers";
+                    reply(client_out, 503, message, true).await?;
                     return Ok(Next::Close);
                 }
-                Err(ReadBodyError::Framing(error)) => {
-                    let message = format!("podmend guard: malformed HTTP request: {error}");
-                    reply(client_out, 400, &message, true).await?;
-                    return Err(ProxyError::Request(error));
+                if request.headers.has_token("expect", "100-continue") {
+                    request.headers.remove("expect");
+                    client_out
+                        .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                        .await
+                        .map_err(ProxyError::ClientWrite)?;
                 }
-                Err(ReadBodyError::Io(error)) => return Err(ProxyError::ClientRead(error)),
-                Err(ReadBodyError::Truncated) => return Err(ProxyError::ClientGone),
-            };
-            match policy::decide(
-                shared.policy,
-                &shared.owner_pod_uid,
-                &request.method,
-                &request.target,
-                &body,
-            ) {
-                Outcome::PassThrough => create_body = Some(body),
-                Outcome::Invalid(message) => {
-                    tracing::info!(path = %request.target, %message, "container create refused");
-                    reply(client_out, 400, &message, close_after).await?;
-                    if close_after {
+                let body = match client_in.read_body(body_length, MAX_CREATE_BODY).await {
+                    Ok(body) => body,
+                    Err(ReadBodyError::TooLarge) => {
+                        let message = format!(
+                            "podmend guard: the create body is larger than {} MiB",
+                            MAX_CREATE_BODY >> 20
+                        );
+                        reply(client_out, 413, &message, true).await?;
                         return Ok(Next::Close);
                     }
-                    continue;
-                }
-                Outcome::Create(verdict) => {
-                    shared.metrics.create(verdict.decision);
-                    tracing::info!(
-                        path = %request.target,
-                        decision = %verdict.decision,
-                        policy = %shared.policy,
-                        name = verdict.name.as_deref().unwrap_or(""),
-                        image = verdict.image.as_deref().unwrap_or(""),
-                        set_auto_remove = verdict.set_auto_remove,
-                        "container create"
-                    );
-                    match verdict.body {
-                        None => {
-                            reply(client_out, 403, DENY_MESSAGE, close_after).await?;
-                            if close_after {
-                                return Ok(Next::Close);
-                            }
-                            continue;
+                    Err(ReadBodyError::Framing(error)) => {
+                        let message = format!("podmend guard: malformed HTTP request: {error}");
+                        reply(client_out, 400, &message, true).await?;
+                        return Err(ProxyError::Request(error));
+                    }
+                    Err(ReadBodyError::Io(error)) => return Err(ProxyError::ClientRead(error)),
+                    Err(ReadBodyError::Truncated) => return Err(ProxyError::ClientGone),
+                };
+                match policy::decide(
+                    shared.policy,
+                    &shared.owner_pod_uid,
+                    &request.method,
+                    &request.target,
+                    &body,
+                ) {
+                    Outcome::PassThrough => create_body = Some(body),
+                    Outcome::Invalid(message) => {
+                        tracing::info!(path = %request.target, %message, "create refused");
+                        reply(client_out, 400, &message, close_after).await?;
+                        if close_after {
+                            return Ok(Next::Close);
                         }
-                        Some(body) => {
-                            request.set_content_length(body.len());
-                            create_body = Some(body);
+                        continue;
+                    }
+                    Outcome::Network(body) => {
+                        tracing::info!(path = %request.target, "network create labelled");
+                        request.set_content_length(body.len());
+                        create_body = Some(body);
+                    }
+                    Outcome::Create(verdict) => {
+                        shared.metrics.create(verdict.decision);
+                        tracing::info!(
+                            path = %request.target,
+                            decision = %verdict.decision,
+                            policy = %shared.policy,
+                            name = verdict.name.as_deref().unwrap_or(""),
+                            image = verdict.image.as_deref().unwrap_or(""),
+                            set_auto_remove = verdict.set_auto_remove,
+                            "container create"
+                        );
+                        match verdict.body {
+                            None => {
+                                reply(client_out, 403, DENY_MESSAGE, close_after).await?;
+                                if close_after {
+                                    return Ok(Next::Close);
+                                }
+                                continue;
+                            }
+                            Some(body) => {
+                                request.set_content_length(body.len());
+                                create_body = Some(body);
+                            }
                         }
                     }
                 }
+                streamed_body = BodyLength::Empty;
             }
-            streamed_body = BodyLength::Empty;
         }
 
         // The daemon connection: kept across requests, opened on first use.
         if daemon.is_none() {
-            match shared.upstream.connect().await {
+            match shared.connect_upstream().await {
                 Ok(stream) => {
                     let (read, write) = tokio::io::split(stream);
                     *daemon = Some(Daemon {
@@ -278,14 +378,21 @@ async fn run(
             return Err(error);
         }
 
+        let mut status = 0;
         let next = exchange(
             client_in,
             client_out,
             connection,
             streamed_body,
             &request.method,
+            &mut status,
         )
         .await;
+        if let Some(reference) = plan.records
+            && (200..300).contains(&status)
+        {
+            shared.record_image(reference);
+        }
         match next {
             Ok(Next::KeepAlive) if !close_after => {}
             Ok(Next::KeepAlive | Next::Close) => return Ok(Next::Close),
@@ -343,13 +450,15 @@ async fn next_head(
 }
 
 /// Streams the request body up while the response comes down. Returns how the exchange
-/// ended, or an error and whether the client already got (part of) an answer.
+/// ended, or an error and whether the client already got (part of) an answer; `status` is
+/// the final response's.
 async fn exchange(
     client_in: &mut ClientIn,
     client_out: &mut ClientOut,
     daemon: &mut Daemon,
     request_body: BodyLength,
     method: &str,
+    status: &mut u16,
 ) -> Result<Next, (ProxyError, bool)> {
     let response_done = Notify::new();
     let client_gone = Notify::new();
@@ -394,7 +503,7 @@ async fn exchange(
     let receive = async {
         let mut answered = false;
         let result = tokio::select! {
-            result = relay_response(input, client_out, method, &mut answered) => result,
+            result = relay_response(input, client_out, method, &mut answered, status) => result,
             () = client_gone.notified() => Err(ProxyError::ClientGone),
         };
         response_done.notify_one();
@@ -413,6 +522,7 @@ async fn relay_response<R, W>(
     client_out: &mut W,
     method: &str,
     answered: &mut bool,
+    status: &mut u16,
 ) -> Result<Next, ProxyError>
 where
     R: AsyncRead + Unpin,
@@ -439,6 +549,7 @@ where
         if (100..200).contains(&response.status) {
             continue;
         }
+        *status = response.status;
         if length == BodyLength::UntilClose {
             // Docker's hijacked endpoints answer `200` with a raw stream and no framing.
             return Ok(Next::Raw);
@@ -541,6 +652,7 @@ mod tests {
 
     use tokio::io::AsyncReadExt as _;
 
+    use super::super::policy::{IMAGE_OWNER_LABEL, SWARM_MESSAGE, query_escape};
     use super::super::upstream::Address;
 
     /// A daemon on a Unix socket that records every request head (and body) it is sent and
@@ -583,13 +695,13 @@ mod tests {
         let socket = dir.path().join("daemon.sock");
         let seen = recording_daemon(&socket).await;
         let metrics = Arc::new(GuardMetrics::new());
-        let shared = Arc::new(Shared {
-            upstream: Upstream::new(Address::Unix(socket), None).expect("upstream"),
+        let shared = Arc::new(Shared::new(
+            Upstream::new(Address::Unix(socket), None).expect("upstream"),
             policy,
-            owner_pod_uid: "uid-1".to_string(),
-            metrics: Arc::clone(&metrics),
-            shutting_down: AtomicBool::new(false),
-        });
+            "uid-1",
+            Arc::clone(&metrics),
+            Duration::ZERO,
+        ));
         let (mut client, guard_side) = tokio::io::duplex(1 << 16);
         let served = tokio::spawn(serve_connection(Box::pin(guard_side), shared));
         client.write_all(request.as_bytes()).await.expect("send");
@@ -689,6 +801,81 @@ mod tests {
             assert!(seen[0].starts_with(sent), "{policy}: {seen:?}");
             assert!(seen[0].ends_with(tar), "{policy}: the context is relayed");
         }
+    }
+
+    #[tokio::test]
+    async fn under_collect_builds_are_labelled_and_commits_keep_no_owner_label() {
+        let request = post("/v1.41/build?t=x", "application/x-tar", "context");
+        let (answer, seen, _) = through_guard(Policy::Collect, &request).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        let labels = query_escape(&format!(r#"{{"{IMAGE_OWNER_LABEL}":"uid-1"}}"#));
+        assert!(
+            seen[0].starts_with(&format!(
+                "POST /v1.41/build?labels={labels}&rm=1&forcerm=1&t=x HTTP/1.1\r\n"
+            )),
+            "{seen:?}"
+        );
+        let request = post(
+            "/v1.41/commit?container=b&repo=img",
+            "application/json",
+            "{}",
+        );
+        let (_, seen, _) = through_guard(Policy::Collect, &request).await;
+        assert!(
+            seen[0].starts_with("POST /v1.41/commit?container=b&repo=img&changes=LABEL%20"),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_waits_for_a_daemon_that_is_not_there_yet() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("later.sock");
+        let shared = Arc::new(Shared::new(
+            Upstream::new(Address::Unix(socket.clone()), None).expect("upstream"),
+            Policy::Collect,
+            "uid-1",
+            Arc::new(GuardMetrics::new()),
+            Duration::from_secs(30),
+        ));
+        let (mut client, guard_side) = tokio::io::duplex(1 << 16);
+        let served = tokio::spawn(serve_connection(Box::pin(guard_side), Arc::clone(&shared)));
+        client
+            .write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("send");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let seen = recording_daemon(&socket).await;
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), client.read_to_end(&mut answer))
+            .await
+            .expect("answered once the daemon is there")
+            .expect("read");
+        served.await.expect("the connection task ends");
+        assert!(
+            String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200 OK\r\n"),
+            "{answer:?}"
+        );
+        assert_eq!(seen.lock().expect("record").len(), 1);
+
+        // Reached once: a daemon that goes away is answered at once.
+        std::fs::remove_file(&socket).expect("remove the socket");
+        let (mut client, guard_side) = tokio::io::duplex(1 << 16);
+        let served = tokio::spawn(serve_connection(Box::pin(guard_side), shared));
+        client
+            .write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
+            .await
+            .expect("send");
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
+            .await
+            .expect("answered at once")
+            .expect("read");
+        served.await.expect("the connection task ends");
+        assert!(
+            String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 502 Bad Gateway\r\n"),
+            "{answer:?}"
+        );
     }
 
     #[tokio::test]

@@ -1,8 +1,11 @@
-//! Removing what pods leave behind: at shutdown, every container of the guard's own pod; and
-//! `podmend guard reap`, containers whose owner pod no longer exists (or, with `--older-than`
-//! and no cluster, stopped ones that stopped long enough ago).
+//! Removing what pods leave behind. At the pod's end (SIGTERM): every container of the
+//! guard's own pod, and under `collect` its networks and the images it built, committed or
+//! tagged. And `podmend guard reap`, once or every `--interval`: containers whose owner pod
+//! is gone (or, with `--older-than` and no cluster, stopped ones that stopped long enough
+//! ago), and with `--images-high` unused images, least recently used first, until the
+//! daemon's images are under `--images-low`, as the kubelet's image garbage collection.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,14 +13,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
-use super::docker::{ContainerSummary, DockerClient, DockerError, Removal};
-use super::metrics::GuardMetrics;
-use super::policy::OWNER_LABEL;
+use super::docker::{ContainerSummary, DockerClient, DockerError, ImageSummary, Removal};
+use super::metrics::{GuardMetrics, Reason};
+use super::policy::{IMAGE_OWNER_LABEL, OWNER_LABEL};
 use crate::cluster::watch::{self, Lookups};
 
 /// How many times the shutdown clean-up lists and removes, in case a create was in flight
 /// during the first pass.
 const SHUTDOWN_PASSES: usize = 5;
+/// How many times the image budget lists the daemon's usage again while above the low mark.
+const BUDGET_ROUNDS: usize = 4;
 
 /// Why `guard reap` could not do its work.
 #[derive(Debug, thiserror::Error)]
@@ -30,8 +35,21 @@ pub enum ReapError {
     NoCluster(String),
     #[error("cannot list the pods of the cluster: {0}")]
     ListPods(#[source] kube::Error),
+    #[error(
+        "the cluster lists no pod on node {0:?}, not even this reaper's own: check --node-name \
+         (or NODE_NAME, from the downward API spec.nodeName); nothing was removed"
+    )]
+    NoPodsOnNode(String),
     #[error("cannot write the report: {0}")]
     Output(#[source] std::io::Error),
+}
+
+/// A size as `--images-high` takes it: a Kubernetes quantity (`50Gi`, `500M`) or bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    crate::quantity::parse_milli(text)
+        .filter(|milli| *milli >= 0)
+        .and_then(|milli| u64::try_from(milli.div_euclid(1000)).ok())
+        .ok_or_else(|| format!("invalid size {text:?}: expected bytes or e.g. 500Mi, 50Gi, 100G"))
 }
 
 /// Removes every container labelled `podmend.io/owner-pod=<owner_pod_uid>`, running or
@@ -53,6 +71,7 @@ pub async fn remove_pod_containers(
                 Ok(Removal::Removed) => {
                     removed += 1;
                     metrics.reaped(1);
+                    metrics.container_removed(Reason::PodEnd);
                     tracing::info!(
                         id = container.short_id(),
                         name = container.name(),
@@ -61,7 +80,7 @@ pub async fn remove_pod_containers(
                         "removed a container of this pod"
                     );
                 }
-                Ok(Removal::AlreadyGone) => {}
+                Ok(Removal::AlreadyGone | Removal::InUse) => {}
                 Err(error) => {
                     tracing::warn!(%error, id = container.short_id(), "cannot remove a container of this pod")
                 }
@@ -71,45 +90,156 @@ pub async fn remove_pod_containers(
     Ok(removed)
 }
 
+/// Removes every network labelled with the pod (after its containers: a network with
+/// containers attached is refused and kept). Returns how many it removed.
+pub async fn remove_pod_networks(
+    client: &DockerClient,
+    owner_pod_uid: &str,
+    metrics: &GuardMetrics,
+) -> Result<u64, DockerError> {
+    let label = format!("{OWNER_LABEL}={owner_pod_uid}");
+    let mut removed = 0;
+    for network in client.networks_with_label(&label).await? {
+        match client.remove_network(&network.id).await {
+            Ok(Removal::Removed) => {
+                removed += 1;
+                metrics.network_removed();
+                tracing::info!(name = %network.name, "removed a network of this pod");
+            }
+            Ok(Removal::AlreadyGone) => {}
+            Ok(Removal::InUse) => {
+                tracing::info!(name = %network.name, "kept a network of this pod: containers of others use it")
+            }
+            Err(error) => {
+                tracing::warn!(%error, name = %network.name, "cannot remove a network of this pod")
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes the images the pod made: the references it tagged (`recorded`) and the images
+/// labelled `podmend.io/built-by-pod=<owner>` (built or committed), each without force, so
+/// an image a container still uses stays. Pulled, loaded and imported images are not the
+/// pod's and stay. Returns how many references (or untagged images) it removed.
+pub async fn remove_pod_images(
+    client: &DockerClient,
+    owner_pod_uid: &str,
+    recorded: &[String],
+    metrics: &GuardMetrics,
+) -> Result<u64, DockerError> {
+    let mut removed = 0;
+    for reference in recorded {
+        removed += u64::from(remove_pod_image(client, reference, metrics).await);
+    }
+    let label = format!("{IMAGE_OWNER_LABEL}={owner_pod_uid}");
+    for _ in 0..SHUTDOWN_PASSES {
+        let mut progress = false;
+        for image in client.images_with_label(&label).await? {
+            let tags = image.tags();
+            let names: Vec<&str> = if tags.is_empty() {
+                vec![image.id.as_str()]
+            } else {
+                tags
+            };
+            for name in names {
+                let gone = remove_pod_image(client, name, metrics).await;
+                removed += u64::from(gone);
+                progress |= gone;
+            }
+        }
+        if !progress {
+            break;
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes one image reference of the pod without force; whether it did.
+async fn remove_pod_image(client: &DockerClient, name: &str, metrics: &GuardMetrics) -> bool {
+    match client.remove_image(name).await {
+        Ok(Removal::Removed) => {
+            metrics.image_removed(Reason::PodEnd);
+            tracing::info!(image = name, "removed an image of this pod");
+            true
+        }
+        Ok(Removal::AlreadyGone) => false,
+        Ok(Removal::InUse) => {
+            tracing::info!(
+                image = name,
+                "kept an image of this pod: a container uses it"
+            );
+            false
+        }
+        Err(error) => {
+            tracing::warn!(%error, image = name, "cannot remove an image of this pod");
+            false
+        }
+    }
+}
+
 /// Which containers `guard reap` removes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReapMode {
-    /// Those whose owner pod is not in the cluster (kubeconfig, or the usual discovery).
-    OwnerGone { kubeconfig: Option<PathBuf> },
+    /// Those whose owner pod is not in the cluster, or has finished (kubeconfig, or the
+    /// usual discovery); with `node`, only that node's pods are listed.
+    OwnerGone {
+        kubeconfig: Option<PathBuf>,
+        node: Option<String>,
+    },
     /// Stopped ones that stopped (or were created, if never started) this long ago.
     StoppedFor(Duration),
+}
+
+/// The image budget of `guard reap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageBudget {
+    /// Above this many bytes of image layers, unused images are removed...
+    pub high: u64,
+    /// ...until the layers take this many or fewer.
+    pub low: u64,
+    /// Never an image created, tagged or first seen less than this long ago.
+    pub min_age: Duration,
 }
 
 /// What `guard reap` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReapReport {
-    /// Removed (or, in a dry run, that would be).
+    /// Containers removed (or, in a dry run, that would be).
     pub removed: usize,
     /// Removals that failed.
     pub failed: usize,
     /// Labelled containers left alone.
     pub kept: usize,
+    /// Images removed by the budget (or that would be).
+    pub images_removed: usize,
 }
 
-/// `podmend guard reap`: prints one line per container it removes (or, with `dry_run`, would
-/// remove) to `out`.
+/// `podmend guard reap`, one pass: prints one line per container it removes (or, with
+/// `dry_run`, would remove) to `out`.
 pub async fn reap(
     client: &DockerClient,
     mode: &ReapMode,
     dry_run: bool,
     out: &mut dyn Write,
+    metrics: &GuardMetrics,
 ) -> Result<ReapReport, ReapError> {
     // Containers first, pods second: a container listed before the pods were is never
     // mistaken for an orphan because its pod was created in between.
     let containers = client.containers_with_label(OWNER_LABEL).await?;
     let mut doomed: Vec<(ContainerSummary, String)> = Vec::new();
     let mut kept = 0;
+    let reason = match mode {
+        ReapMode::OwnerGone { .. } => Reason::OwnerGone,
+        ReapMode::StoppedFor(_) => Reason::OlderThan,
+    };
     match mode {
-        ReapMode::OwnerGone { kubeconfig } => {
-            let pods = pod_uids(kubeconfig.as_deref()).await?;
+        ReapMode::OwnerGone { kubeconfig, node } => {
+            let pods = live_pod_uids(kubeconfig.as_deref(), node.as_deref()).await?;
             for container in containers {
                 let owner = container.label(OWNER_LABEL).unwrap_or_default().to_string();
-                if pods.contains(&owner) {
+                // A blank owner is inherited from a committed image, not set by a guard.
+                if owner.is_empty() || pods.contains(&owner) {
                     kept += 1;
                 } else {
                     doomed.push((container, "its owner pod no longer exists".to_string()));
@@ -117,11 +247,9 @@ pub async fn reap(
             }
         }
         ReapMode::StoppedFor(age) => {
-            let now = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
+            let now = unix_now();
             for container in containers {
-                if !container.is_stopped() {
+                if !container.is_stopped() || container.label(OWNER_LABEL) == Some("") {
                     kept += 1;
                     continue;
                 }
@@ -145,10 +273,10 @@ pub async fn reap(
         kept,
         ..ReapReport::default()
     };
-    for (container, reason) in doomed {
+    for (container, why) in doomed {
         let owner = container.label(OWNER_LABEL).unwrap_or_default();
         let describe = format!(
-            "{} {} {OWNER_LABEL}={owner} ({reason})",
+            "{} {} {OWNER_LABEL}={owner} ({why})",
             container.short_id(),
             if container.name().is_empty() {
                 "-"
@@ -164,6 +292,7 @@ pub async fn reap(
         match client.remove(&container.id).await {
             Ok(_) => {
                 writeln!(out, "removed {describe}").map_err(ReapError::Output)?;
+                metrics.container_removed(reason);
                 report.removed += 1;
             }
             Err(error) => {
@@ -175,8 +304,12 @@ pub async fn reap(
     Ok(report)
 }
 
-/// The UIDs of every pod in the cluster, listed 500 at a time.
-async fn pod_uids(kubeconfig: Option<&std::path::Path>) -> Result<HashSet<String>, ReapError> {
+/// The UIDs of every pod that has not finished (phase neither Succeeded nor Failed: its
+/// guard has run its clean-up), listed 500 at a time; with `node`, only that node's.
+async fn live_pod_uids(
+    kubeconfig: Option<&std::path::Path>,
+    node: Option<&str>,
+) -> Result<HashSet<String>, ReapError> {
     let lookups = match kubeconfig {
         Some(path) => watch::lookups_from_kubeconfig(path).await,
         None => watch::lookups_from_environment().await,
@@ -187,16 +320,289 @@ async fn pod_uids(kubeconfig: Option<&std::path::Path>) -> Result<HashSet<String
     };
     let pods: Api<Pod> = Api::all(client);
     let mut params = ListParams::default().limit(500);
+    if let Some(node) = node.filter(|n| !n.is_empty()) {
+        params = params.fields(&format!("spec.nodeName={node}"));
+    }
     let mut uids = HashSet::new();
+    let mut listed = 0;
     loop {
         let page = pods.list(&params).await.map_err(ReapError::ListPods)?;
-        uids.extend(page.items.into_iter().filter_map(|pod| pod.metadata.uid));
+        listed += page.items.len();
+        uids.extend(page.items.into_iter().filter_map(|pod| {
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            let finished = matches!(phase, Some("Succeeded" | "Failed"));
+            (!finished).then_some(pod.metadata.uid).flatten()
+        }));
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() => params = params.continue_token(&token),
             _ => break,
         }
     }
+    // A misspelt node name lists nothing, and every container would look orphaned.
+    if let Some(node) = node.filter(|n| !n.is_empty())
+        && listed == 0
+    {
+        return Err(ReapError::NoPodsOnNode(node.to_string()));
+    }
     Ok(uids)
+}
+
+/// What the reaper knows of one image between passes (the Engine API keeps no last-used
+/// time, so the reaper keeps its own, as the kubelet does).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ImageRecord {
+    /// When the reaper first saw it (unix seconds); `None` if it was there at the first pass.
+    pub first_seen: Option<i64>,
+    /// The last pass that saw a container (running or stopped) use it.
+    pub used_at: Option<i64>,
+    pub created: i64,
+    pub last_tagged: Option<i64>,
+}
+
+impl ImageRecord {
+    /// Its last use: seen in use by a container, else created or tagged, whichever is later.
+    pub fn last_used(&self) -> i64 {
+        self.used_at
+            .unwrap_or(0)
+            .max(self.created)
+            .max(self.last_tagged.unwrap_or(0))
+    }
+
+    /// What its age is counted from for `--image-min-age`: created, tagged or first seen.
+    pub fn born(&self) -> i64 {
+        self.created
+            .max(self.last_tagged.unwrap_or(0))
+            .max(self.first_seen.unwrap_or(0))
+    }
+}
+
+/// One image as the budget judges it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetImage {
+    pub id: String,
+    /// Bytes removing it frees (its size less what it shares).
+    pub frees: u64,
+    /// A container (running or stopped) uses it.
+    pub in_use: bool,
+    /// Another image is built on it: it goes when its children do.
+    pub parent: bool,
+    pub record: ImageRecord,
+}
+
+/// The images the budget may remove, least recently used first (ties: born first, then by
+/// id): not in use, not a parent, and older than `min_age` at `now`.
+pub fn budget_order(images: &[BudgetImage], now: i64, min_age: Duration) -> Vec<&BudgetImage> {
+    let min_age = i64::try_from(min_age.as_secs()).unwrap_or(i64::MAX);
+    let mut candidates: Vec<&BudgetImage> = images
+        .iter()
+        .filter(|i| !i.in_use && !i.parent && now.saturating_sub(i.record.born()) >= min_age)
+        .collect();
+    candidates.sort_by(|a, b| {
+        (a.record.last_used(), a.record.born(), &a.id).cmp(&(
+            b.record.last_used(),
+            b.record.born(),
+            &b.id,
+        ))
+    });
+    candidates
+}
+
+/// The reaper's memory of images, kept between passes of `--interval`.
+#[derive(Debug, Default)]
+pub struct ImageMemory {
+    records: HashMap<String, ImageRecord>,
+    seen_once: bool,
+}
+
+/// One image budget pass: lists the daemon's images and containers, updates `memory`, and
+/// when the layers take more than `budget.high`, removes (or lists, with `dry_run`) unused
+/// images least recently used first until they take `budget.low` or less.
+pub async fn image_budget(
+    client: &DockerClient,
+    budget: ImageBudget,
+    memory: &mut ImageMemory,
+    dry_run: bool,
+    out: &mut dyn Write,
+    metrics: &GuardMetrics,
+) -> Result<usize, ReapError> {
+    let mut removed = 0;
+    let mut tried: HashSet<String> = HashSet::new();
+    for round in 0..BUDGET_ROUNDS {
+        let now = unix_now();
+        let usage = client.disk_usage().await?;
+        let layers = u64::try_from(usage.layers_size).unwrap_or(0);
+        let images = usage.images.unwrap_or_default();
+        let used: HashSet<String> = client
+            .all_containers()
+            .await?
+            .into_iter()
+            .map(|c| c.image_id)
+            .collect();
+        let parents: HashSet<String> = client
+            .all_images()
+            .await?
+            .into_iter()
+            .map(|i| i.parent_id)
+            .filter(|p| !p.is_empty())
+            .collect();
+        let judged = remember(client, memory, &images, &used, &parents, now).await;
+        if round == 0 && layers <= budget.high {
+            tracing::debug!(layers, high = budget.high, "images within the budget");
+            return Ok(0);
+        }
+        if layers <= budget.low {
+            break;
+        }
+        let mut estimate = layers;
+        let order = budget_order(&judged, now, budget.min_age);
+        let mut any = false;
+        for image in order {
+            if estimate <= budget.low {
+                break;
+            }
+            if !tried.insert(image.id.clone()) {
+                continue;
+            }
+            any = true;
+            let Some(summary) = images.iter().find(|i| i.id == image.id) else {
+                continue;
+            };
+            let describe = describe_image(summary, &image.record, now);
+            if dry_run {
+                writeln!(out, "would remove image {describe}").map_err(ReapError::Output)?;
+                estimate = estimate.saturating_sub(image.frees);
+                removed += 1;
+                continue;
+            }
+            if remove_whole_image(client, summary).await {
+                writeln!(out, "removed image {describe}").map_err(ReapError::Output)?;
+                metrics.image_removed(Reason::Budget);
+                estimate = estimate.saturating_sub(image.frees);
+                removed += 1;
+            }
+        }
+        if dry_run || !any {
+            if estimate > budget.low {
+                let line = format!(
+                    "images take {} after this pass, above the low mark {}: the rest is in use, \
+                     a parent of another image, or younger than --image-min-age",
+                    bytes(estimate),
+                    bytes(budget.low)
+                );
+                tracing::warn!("{line}");
+                writeln!(out, "{line}").map_err(ReapError::Output)?;
+            }
+            break;
+        }
+    }
+    Ok(removed)
+}
+
+/// Updates the reaper's records from one listing; returns every image as the budget judges it.
+async fn remember(
+    client: &DockerClient,
+    memory: &mut ImageMemory,
+    images: &[ImageSummary],
+    used: &HashSet<String>,
+    parents: &HashSet<String>,
+    now: i64,
+) -> Vec<BudgetImage> {
+    let present: HashSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
+    memory.records.retain(|id, _| present.contains(id.as_str()));
+    let mut judged = Vec::with_capacity(images.len());
+    for image in images {
+        let record = match memory.records.get(&image.id) {
+            Some(record) => *record,
+            None => {
+                let (created, last_tagged) = match client.image_times(&image.id).await {
+                    Ok(times) => times,
+                    Err(_) => (image.created, None),
+                };
+                ImageRecord {
+                    first_seen: memory.seen_once.then_some(now),
+                    used_at: None,
+                    created,
+                    last_tagged,
+                }
+            }
+        };
+        let in_use = used.contains(&image.id) || image.containers > 0;
+        let record = ImageRecord {
+            used_at: if in_use { Some(now) } else { record.used_at },
+            ..record
+        };
+        memory.records.insert(image.id.clone(), record);
+        let shared = u64::try_from(image.shared_size).unwrap_or(0);
+        judged.push(BudgetImage {
+            id: image.id.clone(),
+            frees: u64::try_from(image.size)
+                .unwrap_or(0)
+                .saturating_sub(shared),
+            in_use,
+            parent: parents.contains(&image.id),
+            record,
+        });
+    }
+    memory.seen_once = true;
+    judged
+}
+
+/// Removes an image with all its tags, without force; whether it is gone.
+async fn remove_whole_image(client: &DockerClient, image: &ImageSummary) -> bool {
+    let tags = image.tags();
+    let names: Vec<&str> = if tags.is_empty() {
+        vec![image.id.as_str()]
+    } else {
+        tags
+    };
+    for name in names {
+        match client.remove_image(name).await {
+            Ok(Removal::Removed | Removal::AlreadyGone) => {}
+            Ok(Removal::InUse) => {
+                tracing::info!(image = name, "kept an image: a container uses it now");
+                return false;
+            }
+            Err(error) => {
+                tracing::warn!(%error, image = name, "cannot remove an image");
+                return false;
+            }
+        }
+    }
+    true
+}
+
+fn describe_image(image: &ImageSummary, record: &ImageRecord, now: i64) -> String {
+    let tags = image.tags();
+    format!(
+        "{} {} (last used {} ago, {})",
+        image.short_id(),
+        if tags.is_empty() {
+            "<none>".to_string()
+        } else {
+            tags.join(",")
+        },
+        format_duration(Duration::from_secs(
+            now.saturating_sub(record.last_used()).max(0) as u64
+        )),
+        bytes(u64::try_from(image.size).unwrap_or(0)),
+    )
+}
+
+/// `1.5 GiB`, `12 MiB`, `900 B`.
+fn bytes(n: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (unit, size) in UNITS {
+        if n >= size {
+            return format!("{:.1} {unit}", n as f64 / size as f64);
+        }
+    }
+    format!("{n} B")
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 /// `2h5m`, `40s`: short, for report lines.
@@ -224,5 +630,93 @@ mod tests {
         assert_eq!(format_duration(Duration::from_secs(7500)), "2h5m");
         assert_eq!(format_duration(Duration::from_secs(0)), "0s");
         assert_eq!(format_duration(Duration::from_secs(90_061)), "1d1h1m1s");
+    }
+
+    #[test]
+    fn sizes_are_quantities_or_bytes() {
+        assert_eq!(parse_size("50Gi"), Ok(50 << 30));
+        assert_eq!(parse_size("500Mi"), Ok(500 << 20));
+        assert_eq!(parse_size("100G"), Ok(100_000_000_000));
+        assert_eq!(parse_size("12345"), Ok(12345));
+        assert!(parse_size("-1Gi").is_err());
+        assert!(parse_size("lots").is_err());
+        assert_eq!(bytes(3 << 29), "1.5 GiB");
+        assert_eq!(bytes(900), "900 B");
+    }
+
+    fn image(id: &str, created: i64, used_at: Option<i64>) -> BudgetImage {
+        BudgetImage {
+            id: id.to_string(),
+            frees: 10,
+            in_use: false,
+            parent: false,
+            record: ImageRecord {
+                first_seen: None,
+                used_at,
+                created,
+                last_tagged: None,
+            },
+        }
+    }
+
+    #[test]
+    fn the_budget_takes_the_least_recently_used_unused_images_first() {
+        let now = 10_000;
+        let min_age = Duration::from_secs(120);
+        let order = |images: &[BudgetImage]| -> Vec<String> {
+            budget_order(images, now, min_age)
+                .into_iter()
+                .map(|i| i.id.clone())
+                .collect()
+        };
+        // Created long ago but used a minute ago: after one created later and never used.
+        let images = [
+            image("used-lately", 100, Some(9_940)),
+            image("old", 200, None),
+            image("older", 150, None),
+        ];
+        assert_eq!(order(&images), ["older", "old", "used-lately"]);
+        // In use, a parent, or too young: never.
+        let mut in_use = image("in-use", 1, None);
+        in_use.in_use = true;
+        let mut parent = image("parent", 1, None);
+        parent.parent = true;
+        let young = image("young", now - 60, None);
+        let mut seen_lately = image("seen-lately", 1, None);
+        seen_lately.record.first_seen = Some(now - 60);
+        let mut tagged_lately = image("tagged-lately", 1, None);
+        tagged_lately.record.last_tagged = Some(now - 60);
+        let images = [
+            in_use,
+            parent,
+            young,
+            seen_lately,
+            tagged_lately,
+            image("a", 5, None),
+        ];
+        assert_eq!(order(&images), ["a"]);
+        // Ties: the one born first, then by id.
+        let images = [image("b", 7, None), image("a", 7, None)];
+        assert_eq!(order(&images), ["a", "b"]);
+    }
+
+    #[test]
+    fn an_image_seen_in_use_was_last_used_then() {
+        let record = ImageRecord {
+            first_seen: None,
+            used_at: Some(500),
+            created: 100,
+            last_tagged: Some(300),
+        };
+        assert_eq!(record.last_used(), 500);
+        assert_eq!(
+            ImageRecord {
+                used_at: None,
+                ..record
+            }
+            .last_used(),
+            300
+        );
+        assert_eq!(record.born(), 300);
     }
 }

@@ -1,13 +1,16 @@
 //! Where the guard listens and where the Docker daemon is ([`Address`], read as the docker CLI
 //! reads `DOCKER_HOST`), and connections to the daemon, optionally over TLS with a client certificate
-//! from a `DOCKER_CERT_PATH`-style directory (`ca.pem`, `cert.pem`, `key.pem`).
+//! from a `DOCKER_CERT_PATH`-style directory (`ca.pem`, `cert.pem`, `key.pem`), which the guard
+//! may load later than it starts (the daemon that writes it starts after the guard). TCP
+//! listeners may serve TLS ([`super::tls`] writes their certificates).
 
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs as _};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustls::ClientConfig;
@@ -16,12 +19,14 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio_rustls::TlsConnector;
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 pub use crate::dind::Address;
 
 /// How long connecting to the daemon may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client of a TLS listener may take to complete its handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A byte stream both ways: a Unix socket, a TCP connection, or TLS over TCP.
 pub trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
@@ -57,7 +62,17 @@ pub enum AddressError {
 #[derive(Clone)]
 pub struct Upstream {
     address: Address,
-    tls: Option<(TlsConnector, ServerName<'static>)>,
+    tls: Option<Arc<UpstreamTls>>,
+}
+
+/// TLS to the daemon: the files' directory and the configuration loaded from them, once they
+/// could be read.
+struct UpstreamTls {
+    dir: PathBuf,
+    name: ServerName<'static>,
+    connector: Mutex<Option<TlsConnector>>,
+    /// Whether "not readable yet" was logged (once).
+    warned: AtomicBool,
 }
 
 impl fmt::Debug for Upstream {
@@ -71,21 +86,38 @@ impl fmt::Debug for Upstream {
 
 impl Upstream {
     /// A daemon at `address`; with `tls_dir`, spoken to over TLS verified against
-    /// `tls_dir/ca.pem`, presenting `cert.pem` and `key.pem`.
+    /// `tls_dir/ca.pem`, presenting `cert.pem` and `key.pem`, which must be readable now.
     pub fn new(address: Address, tls_dir: Option<&Path>) -> Result<Self, AddressError> {
+        let upstream = Self::waiting_for_tls(address, tls_dir)?;
+        if let Some(tls) = &upstream.tls {
+            let config = client_config(&tls.dir)?;
+            *lock(&tls.connector) = Some(TlsConnector::from(Arc::new(config)));
+        }
+        Ok(upstream)
+    }
+
+    /// Like [`Upstream::new`], but the TLS files may appear later: they are read on the
+    /// first connection that needs them, and again on every later one until they can be
+    /// (the failure is logged once), and again after a handshake fails (a daemon restarted
+    /// with a new CA).
+    pub fn waiting_for_tls(address: Address, tls_dir: Option<&Path>) -> Result<Self, AddressError> {
         let tls = match tls_dir {
             None => None,
             Some(dir) => {
                 let Address::Tcp { host, .. } = &address else {
                     return Err(AddressError::TlsOverUnix(address.to_string()));
                 };
-                let config = client_config(dir)?;
                 let name = match host.parse::<IpAddr>() {
                     Ok(ip) => ServerName::IpAddress(ip.into()),
                     Err(_) => ServerName::try_from(host.clone())
                         .map_err(|_| AddressError::ServerName(host.clone()))?,
                 };
-                Some((TlsConnector::from(Arc::new(config)), name))
+                Some(Arc::new(UpstreamTls {
+                    dir: dir.to_path_buf(),
+                    name,
+                    connector: Mutex::new(None),
+                    warned: AtomicBool::new(false),
+                }))
             }
         };
         Ok(Self { address, tls })
@@ -95,19 +127,30 @@ impl Upstream {
         &self.address
     }
 
-    /// Opens a new connection to the daemon.
+    /// Opens a new connection to the daemon. Unreadable TLS files are a `NotFound` error (the
+    /// daemon is not there yet); a failed TLS handshake an `InvalidData` one.
     pub async fn connect(&self) -> io::Result<BoxStream> {
         let connect = async {
             match &self.address {
                 Address::Unix(path) => Ok(Box::pin(UnixStream::connect(path).await?) as BoxStream),
                 Address::Tcp { host, port } => {
+                    let tls = match &self.tls {
+                        None => None,
+                        Some(tls) => Some((tls, tls.connector()?)),
+                    };
                     let tcp = TcpStream::connect((host.as_str(), *port)).await?;
                     let _ = tcp.set_nodelay(true);
-                    match &self.tls {
+                    match tls {
                         None => Ok(Box::pin(tcp) as BoxStream),
-                        Some((connector, name)) => {
-                            let tls = connector.connect(name.clone(), tcp).await?;
-                            Ok(Box::pin(tls) as BoxStream)
+                        Some((tls, connector)) => {
+                            match connector.connect(tls.name.clone(), tcp).await {
+                                Ok(stream) => Ok(Box::pin(stream) as BoxStream),
+                                Err(error) => {
+                                    // Read the files again next time: they may have changed.
+                                    *lock(&tls.connector) = None;
+                                    Err(error)
+                                }
+                            }
                         }
                     }
                 }
@@ -117,6 +160,42 @@ impl Upstream {
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connection timed out"))?
     }
+}
+
+impl UpstreamTls {
+    /// The loaded configuration, or loads it now.
+    fn connector(&self) -> io::Result<TlsConnector> {
+        let mut cached = lock(&self.connector);
+        if let Some(connector) = cached.as_ref() {
+            return Ok(connector.clone());
+        }
+        match client_config(&self.dir) {
+            Ok(config) => {
+                let connector = TlsConnector::from(Arc::new(config));
+                *cached = Some(connector.clone());
+                if self.warned.swap(false, Ordering::AcqRel) {
+                    tracing::info!(dir = %self.dir.display(), "the TLS files for the Docker daemon are readable now");
+                }
+                Ok(connector)
+            }
+            Err(error) => {
+                if !self.warned.swap(true, Ordering::AcqRel) {
+                    tracing::warn!(
+                        %error,
+                        "the TLS files for the Docker daemon are not readable yet (the daemon \
+                         that writes them may still be starting); trying again on every request"
+                    );
+                }
+                Err(io::Error::new(io::ErrorKind::NotFound, error.to_string()))
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl fmt::Display for Upstream {
@@ -186,20 +265,52 @@ fn client_config(dir: &Path) -> Result<ClientConfig, AddressError> {
         .map_err(tls)
 }
 
-/// The guard's own socket.
+/// One of the guard's listeners.
 pub enum Listener {
     Unix {
         listener: UnixListener,
         path: PathBuf,
     },
-    Tcp(TcpListener),
+    Tcp {
+        listener: TcpListener,
+        /// TLS with client certificates, as `dockerd --tlsverify` serves.
+        tls: Option<TlsAcceptor>,
+    },
+}
+
+/// A client connection, accepted; a TLS one still has to complete its handshake, which
+/// [`Incoming::establish`] does on the connection's own task.
+pub enum Incoming {
+    Ready(BoxStream),
+    Handshake(TlsAcceptor, TcpStream),
+}
+
+impl Incoming {
+    /// The connection, ready for HTTP.
+    pub async fn establish(self) -> io::Result<BoxStream> {
+        match self {
+            Incoming::Ready(stream) => Ok(stream),
+            Incoming::Handshake(acceptor, tcp) => {
+                let tls = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
+                    .await
+                    .map_err(|_| {
+                        io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")
+                    })??;
+                Ok(Box::pin(tls))
+            }
+        }
+    }
 }
 
 impl Listener {
-    /// Binds `address`. A stale Unix socket file (left by a previous run) is replaced, its
+    /// Binds `address`, serving TLS with `tls` on TCP (a Unix socket is always plain, as
+    /// dockerd's are). A stale Unix socket file (left by a previous run) is replaced, its
     /// directory created, and the socket made connectable by every user of the pod (it lives
     /// in the pod's own volume).
-    pub async fn bind(address: &Address) -> io::Result<Self> {
+    pub async fn bind(
+        address: &Address,
+        tls: Option<&Arc<rustls::ServerConfig>>,
+    ) -> io::Result<Self> {
         match address {
             Address::Unix(path) => {
                 if let Some(dir) = path.parent() {
@@ -233,22 +344,28 @@ impl Listener {
                 let first = addrs.first().copied().ok_or_else(|| {
                     io::Error::new(io::ErrorKind::NotFound, format!("{host} does not resolve"))
                 })?;
-                Ok(Listener::Tcp(TcpListener::bind(first).await?))
+                Ok(Listener::Tcp {
+                    listener: TcpListener::bind(first).await?,
+                    tls: tls.map(|config| TlsAcceptor::from(Arc::clone(config))),
+                })
             }
         }
     }
 
     /// The next client connection.
-    pub async fn accept(&self) -> io::Result<BoxStream> {
+    pub async fn accept(&self) -> io::Result<Incoming> {
         match self {
             Listener::Unix { listener, .. } => {
                 let (stream, _) = listener.accept().await?;
-                Ok(Box::pin(stream))
+                Ok(Incoming::Ready(Box::pin(stream)))
             }
-            Listener::Tcp(listener) => {
+            Listener::Tcp { listener, tls } => {
                 let (stream, _) = listener.accept().await?;
                 let _ = stream.set_nodelay(true);
-                Ok(Box::pin(stream))
+                Ok(match tls {
+                    None => Incoming::Ready(Box::pin(stream)),
+                    Some(acceptor) => Incoming::Handshake(acceptor.clone(), stream),
+                })
             }
         }
     }
@@ -257,10 +374,13 @@ impl Listener {
     pub fn local_address(&self) -> String {
         match self {
             Listener::Unix { path, .. } => format!("unix://{}", path.display()),
-            Listener::Tcp(listener) => listener
-                .local_addr()
-                .map(|a| format!("tcp://{a}"))
-                .unwrap_or_else(|_| "tcp://?".to_string()),
+            Listener::Tcp { listener, tls } => {
+                let tls = if tls.is_some() { " (TLS)" } else { "" };
+                listener
+                    .local_addr()
+                    .map(|a| format!("tcp://{a}{tls}"))
+                    .unwrap_or_else(|_| "tcp://?".to_string())
+            }
         }
     }
 
@@ -305,5 +425,30 @@ mod tests {
         let upstream =
             Upstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path())).unwrap();
         assert_eq!(upstream.to_string(), "tcp://docker:2376 (TLS)");
+    }
+
+    #[tokio::test]
+    async fn missing_tls_files_are_a_not_found_connection_error_until_they_appear() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("client");
+        let upstream =
+            Upstream::waiting_for_tls("tcp://127.0.0.1:9".parse().unwrap(), Some(&certs)).unwrap();
+        for _ in 0..2 {
+            let error = upstream.connect().await.err().expect("no TLS files yet");
+            assert_eq!(error.kind(), io::ErrorKind::NotFound, "{error}");
+            assert!(error.to_string().contains("ca.pem"), "{error}");
+        }
+        let ca = rcgen::generate_simple_self_signed(vec!["docker".to_string()]).unwrap();
+        std::fs::create_dir(&certs).unwrap();
+        std::fs::write(certs.join("ca.pem"), ca.cert.pem()).unwrap();
+        std::fs::write(certs.join("cert.pem"), ca.cert.pem()).unwrap();
+        std::fs::write(certs.join("key.pem"), ca.signing_key.serialize_pem()).unwrap();
+        // Now the files load, and the connection fails for another reason (nothing listens).
+        let error = upstream
+            .connect()
+            .await
+            .err()
+            .expect("nothing listens on port 9");
+        assert_ne!(error.kind(), io::ErrorKind::NotFound, "{error}");
     }
 }

@@ -918,12 +918,23 @@ fn list_response(
             }
         },
     };
+    let selector = match query.get("fieldSelector").map(|s| parse_field_selector(s)) {
+        None => Vec::new(),
+        Some(Ok(selector)) => selector,
+        Some(Err(message)) => return bad_request(&message),
+    };
     let matching: Vec<(&String, &Value)> = c
         .objects
         .range(start..)
         .filter(|(_, o)| {
             namespace.is_none()
                 || o.pointer("/metadata/namespace").and_then(Value::as_str) == namespace
+        })
+        .filter(|(_, o)| {
+            selector.iter().all(|(pointer, value, equal)| {
+                let field = o.pointer(pointer).and_then(Value::as_str).unwrap_or("");
+                (field == value) == *equal
+            })
         })
         .collect();
     let take = limit.unwrap_or(matching.len()).min(matching.len());
@@ -948,6 +959,31 @@ fn list_response(
         body.to_string(),
     )
         .into_response()
+}
+
+/// A field selector (`spec.nodeName=n1,status.phase!=Failed`) as (JSON pointer, value,
+/// whether equal), as the API server reads `=`, `==` and `!=` terms.
+fn parse_field_selector(selector: &str) -> Result<Vec<(String, String, bool)>, String> {
+    selector
+        .split(',')
+        .filter(|term| !term.is_empty())
+        .map(|term| {
+            let (field, value, equal) = if let Some((f, v)) = term.split_once("!=") {
+                (f, v, false)
+            } else if let Some((f, v)) = term.split_once("==") {
+                (f, v, true)
+            } else if let Some((f, v)) = term.split_once('=') {
+                (f, v, true)
+            } else {
+                return Err(format!("invalid field selector term {term:?}"));
+            };
+            Ok((
+                format!("/{}", field.replace('.', "/")),
+                value.to_string(),
+                equal,
+            ))
+        })
+        .collect()
 }
 
 /// One open watch: what it filters on and what it still has to send.

@@ -4,6 +4,7 @@
 pub mod api_stub;
 pub mod dind;
 pub mod dockerd;
+pub mod guard;
 pub mod k8s_rules;
 pub mod pod_gen;
 pub mod python;

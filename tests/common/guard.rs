@@ -1,0 +1,390 @@
+//! A running `podmend guard` for the guard's test files (collect, listeners, reap), and the
+//! docker CLI calls they share. The guard's own socket lives in its own directory; its log
+//! is printed when a test fails.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::dockerd::{Dockerd, docker_cli, run, text, wait_with_timeout};
+
+pub const PODMEND: &str = env!("CARGO_BIN_EXE_podmend");
+pub const TIMEOUT: Duration = Duration::from_secs(90);
+pub const OWNER: &str = "podmend.io/owner-pod";
+pub const BUILT_BY: &str = "podmend.io/built-by-pod";
+/// Every `docker run` of these tests: never a registry, never a network.
+pub const RUN: [&str; 3] = ["run", "--pull=never", "--network=none"];
+/// Debian's docker CLI 20.10: its `docker build` is the classic builder (`POST /build`).
+pub const DEBIAN_CLI: &str = "/usr/bin/docker";
+
+/// A pod UID unique to this test and run.
+pub fn uid(test: &str) -> String {
+    format!("{test}-{}", std::process::id())
+}
+
+/// A running `podmend guard`.
+pub struct Guard {
+    child: Option<Child>,
+    pub dir: tempfile::TempDir,
+    pub socket: PathBuf,
+    pub uid: String,
+    /// Where leftovers of this guard's pod are removed from when the test ends.
+    cleanup_host: Option<String>,
+}
+
+impl Guard {
+    /// A guard on a Unix socket in its own directory in front of `upstream`, with `extra`
+    /// flags (`--policy` is left to them: the default policy is what most tests check).
+    pub fn start(upstream: &str, uid: &str, extra: &[&str]) -> Guard {
+        let dir = tempfile::Builder::new()
+            .prefix("podmend-guard-")
+            .tempdir()
+            .expect("tempdir");
+        let socket = dir.path().join("guard.sock");
+        let listen = format!("unix://{}", socket.display());
+        let guard = Guard::spawn(dir, socket, &["--listen", &listen], upstream, uid, extra);
+        guard.wait_for_socket();
+        guard
+    }
+
+    /// A guard with its own `--listen` flags in `listen`; waits for nothing.
+    pub fn spawn(
+        dir: tempfile::TempDir,
+        socket: PathBuf,
+        listen: &[&str],
+        upstream: &str,
+        uid: &str,
+        extra: &[&str],
+    ) -> Guard {
+        let log = std::fs::File::create(dir.path().join("guard.log")).expect("log file");
+        let child = Command::new(PODMEND)
+            .arg("guard")
+            .args(listen)
+            .args(["--upstream", upstream, "--owner-pod-uid", uid])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .env_remove("DOCKER_CERT_PATH")
+            .env_remove("PODMEND_OWNER_POD_UID")
+            .env_remove("PODMEND_GUARD_POLICY")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("start podmend guard");
+        Guard {
+            child: Some(child),
+            dir,
+            socket,
+            uid: uid.to_string(),
+            cleanup_host: upstream
+                .starts_with("unix://")
+                .then(|| upstream.to_string()),
+        }
+    }
+
+    /// Waits until the guard's Unix socket accepts connections.
+    pub fn wait_for_socket(&self) {
+        self.wait_until_listening(|| UnixStream::connect(&self.socket).is_ok());
+    }
+
+    /// Waits until `listening` says so, failing if the guard exits first.
+    pub fn wait_until_listening(&self, mut listening: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !listening() {
+            assert!(
+                self.child
+                    .as_ref()
+                    .is_some_and(|c| { std::fs::metadata(format!("/proc/{}", c.id())).is_ok() }),
+                "podmend guard exited: {}",
+                self.log()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "guard did not listen: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// The docker CLI first on PATH (28.x), aimed at this guard.
+    pub fn docker(&self) -> Command {
+        docker_cli(&self.host(), &self.dir.path().join("cli-config"))
+    }
+
+    /// Debian's docker CLI 20.10 (the classic builder), aimed at this guard.
+    pub fn docker_2010(&self) -> Command {
+        debian_cli(&self.host(), &self.dir.path().join("cli-2010"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("guard.log")).unwrap_or_default()
+    }
+
+    /// Whether the guard still runs.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Sends `signal` (`-TERM` as the kubelet does when the pod ends, `-KILL`) and waits for
+    /// the exit.
+    pub fn signal(&mut self, signal: &str) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let sent = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(sent.success());
+        wait_with_timeout(&mut child, Duration::from_secs(40)).expect("the guard exits")
+    }
+
+    /// Leave whatever the pod left on the daemon (the test checks it).
+    pub fn keep_leftovers(&mut self) {
+        self.cleanup_host = None;
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- podmend guard log ---\n{}", self.log());
+        }
+        if let Some(host) = &self.cleanup_host {
+            // Best effort: the daemon may be unreachable (that may be the test).
+            let config = self.dir.path().join("cleanup-cli");
+            let ids = labelled(host, &config, &format!("{OWNER}={}", self.uid));
+            if !ids.is_empty() {
+                let _ = run(
+                    docker_cli(host, &config)
+                        .args(["rm", "-f", "-v"])
+                        .args(&ids),
+                    None,
+                    TIMEOUT,
+                );
+            }
+        }
+    }
+}
+
+/// Debian's docker CLI 20.10 aimed at `host`, with its own config and none of the caller's
+/// Docker environment.
+pub fn debian_cli(host: &str, config_dir: &Path) -> Command {
+    assert!(
+        Path::new(DEBIAN_CLI).is_file(),
+        "{DEBIAN_CLI} is missing: {}",
+        super::dockerd::INSTALL_HINT
+    );
+    let mut command = Command::new(DEBIAN_CLI);
+    command
+        .env("DOCKER_HOST", host)
+        .env("DOCKER_CONFIG", config_dir)
+        .env("DOCKER_BUILDKIT", "0")
+        .env_remove("DOCKER_CONTEXT")
+        .env_remove("DOCKER_TLS_VERIFY")
+        .env_remove("DOCKER_CERT_PATH")
+        .env_remove("DOCKER_API_VERSION");
+    command
+}
+
+/// Ids of every container (running or not) carrying `label`, asking `host` directly (none
+/// when it cannot answer).
+pub fn labelled(host: &str, config: &Path, label: &str) -> Vec<String> {
+    let out = run(
+        docker_cli(host, config)
+            .args(["ps", "-aq", "--no-trunc", "--filter"])
+            .arg(format!("label={label}")),
+        None,
+        TIMEOUT,
+    );
+    text(&out.stdout).lines().map(str::to_string).collect()
+}
+
+pub fn daemon_labelled(daemon: &Dockerd, label: &str) -> Vec<String> {
+    labelled(&daemon.host(), &daemon.dir().join("cli-config"), label)
+}
+
+/// Runs a command, asserting success; returns its stdout.
+pub fn ok(command: &mut Command) -> String {
+    let out = run(command, None, TIMEOUT);
+    assert!(
+        out.status.success(),
+        "{command:?} failed ({}): {}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Runs a command; its output whatever the outcome.
+pub fn output(command: &mut Command) -> Output {
+    run(command, None, TIMEOUT)
+}
+
+pub fn inspect(daemon: &Dockerd, id: &str, format: &str) -> String {
+    ok(daemon.docker().args(["inspect", "-f", format, id]))
+        .trim()
+        .to_string()
+}
+
+pub fn exists(daemon: &Dockerd, id: &str) -> bool {
+    run(
+        daemon.docker().args(["inspect", "--type", "container", id]),
+        None,
+        TIMEOUT,
+    )
+    .status
+    .success()
+}
+
+pub fn image_exists(daemon: &Dockerd, name: &str) -> bool {
+    run(
+        daemon.docker().args(["image", "inspect", name]),
+        None,
+        TIMEOUT,
+    )
+    .status
+    .success()
+}
+
+pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+/// `GET path` over plain HTTP: (status, body), or `None` when nothing answers.
+pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: podmend\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let status = answer.get(9..12)?.parse().ok()?;
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    Some((status, body.to_string()))
+}
+
+/// The value of the metric line starting with `name` (with its labels), from `/metrics`.
+pub fn metric(address: SocketAddr, name: &str) -> Option<u64> {
+    let (_, body) = http_get(address, "/metrics")?;
+    body.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A CA with a server certificate (127.0.0.1, localhost) and a client certificate, PEM: what
+/// a TLS dockerd and its clients use.
+pub struct Pki {
+    pub ca: String,
+    pub server_cert: String,
+    pub server_key: String,
+    pub client_cert: String,
+    pub client_key: String,
+}
+
+impl Pki {
+    pub fn new() -> Pki {
+        use rcgen::{
+            BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+            KeyUsagePurpose,
+        };
+        let ca_key = KeyPair::generate().expect("key");
+        let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca_params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca_params.self_signed(&ca_key).expect("CA");
+        let ca = Issuer::new(ca_params, ca_key);
+        let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+            let key = KeyPair::generate().expect("key");
+            let mut params = CertificateParams::new(names).expect("params");
+            params.extended_key_usages = vec![usage];
+            let cert = params.signed_by(&key, &ca).expect("leaf");
+            (cert.pem(), key.serialize_pem())
+        };
+        let (server_cert, server_key) = leaf(
+            vec!["127.0.0.1".to_string(), "localhost".to_string()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        );
+        let (client_cert, client_key) = leaf(
+            vec!["client".to_string()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        );
+        Pki {
+            ca: ca_cert.pem(),
+            server_cert,
+            server_key,
+            client_cert,
+            client_key,
+        }
+    }
+
+    /// Writes `ca.pem`, `cert.pem` and `key.pem` of the client into `dir` (a
+    /// `DOCKER_CERT_PATH`), creating it.
+    pub fn write_client(&self, dir: &Path) {
+        std::fs::create_dir_all(dir).expect("client dir");
+        std::fs::write(dir.join("ca.pem"), &self.ca).expect("ca.pem");
+        std::fs::write(dir.join("cert.pem"), &self.client_cert).expect("cert.pem");
+        std::fs::write(dir.join("key.pem"), &self.client_key).expect("key.pem");
+    }
+
+    /// A private dockerd that also listens on `tcp://127.0.0.1:<port>` with `--tlsverify`
+    /// and this PKI's server files (written into `dir`).
+    pub fn dockerd(&self, dir: &Path, port: u16) -> Dockerd {
+        let write = |name: &str, content: &str| {
+            let path = dir.join(name);
+            std::fs::write(&path, content).expect("write pem");
+            path.display().to_string()
+        };
+        let ca = write("daemon-ca.pem", &self.ca);
+        let cert = write("daemon-cert.pem", &self.server_cert);
+        let key = write("daemon-key.pem", &self.server_key);
+        let tcp = format!("tcp://127.0.0.1:{port}");
+        Dockerd::start_with(&[
+            "-H",
+            &tcp,
+            "--tlsverify",
+            "--tlscacert",
+            &ca,
+            "--tlscert",
+            &cert,
+            "--tlskey",
+            &key,
+        ])
+    }
+}
