@@ -558,7 +558,7 @@ async fn a_jenkins_agent_with_dind_keeps_the_guard_s_resources_as_dind_rm_set_th
     let spec = &admitted.object["spec"];
     assert_eq!(
         guard(spec)["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
     );
     // agent-requests still zeroed the agent's own container.
     assert_eq!(container(spec, "jnlp")["resources"]["requests"]["cpu"], "0");

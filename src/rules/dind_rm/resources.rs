@@ -13,7 +13,7 @@ use crate::quantity::{self, Milli};
 
 /// The guard's own requests and limits: (resource, request, limit).
 pub(super) const GUARD_RESOURCES: [(&str, &str, Option<&str>); 2] =
-    [("cpu", "100m", None), ("memory", "64Mi", Some("256Mi"))];
+    [("cpu", "100m", None), ("memory", "32Mi", Some("128Mi"))];
 
 /// [`GUARD_RESOURCES`] moved into the namespace's Container LimitRanges: a limit no higher
 /// than a `max`, and one wherever a `maxLimitRequestRatio` needs it; a request no lower than
@@ -86,7 +86,7 @@ mod tests {
         let resources = serde_json::to_value(guard_resources(&[])).expect("serializes");
         assert_eq!(
             resources,
-            json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
+            json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
         );
     }
 
@@ -101,21 +101,21 @@ mod tests {
         assert_eq!(
             resources,
             json!({"requests": {"cpu": "200m", "memory": "104857600"},
-                "limits": {"cpu": "800m", "memory": "209715200"}})
+                "limits": {"cpu": "800m", "memory": "128Mi"}})
         );
     }
 
     #[test]
     fn a_limit_range_max_below_the_request_lowers_the_request_to_it() {
         let items: Vec<LimitRangeItem> = serde_json::from_value(json!([
-            {"type": "Container", "max": {"cpu": "50m", "memory": "32Mi"}}
+            {"type": "Container", "max": {"cpu": "50m", "memory": "16Mi"}}
         ]))
         .expect("items");
         let resources = serde_json::to_value(guard_resources(&items)).expect("serializes");
         assert_eq!(
             resources,
-            json!({"requests": {"cpu": "50m", "memory": "33554432"},
-                "limits": {"cpu": "50m", "memory": "33554432"}})
+            json!({"requests": {"cpu": "50m", "memory": "16777216"},
+                "limits": {"cpu": "50m", "memory": "16777216"}})
         );
     }
 }

@@ -689,7 +689,7 @@ fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capabil
     );
     assert_eq!(
         guard["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
     );
     assert_eq!(
         guard["securityContext"],
