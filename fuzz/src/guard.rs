@@ -257,6 +257,7 @@ fn spellings<'a>(object: &'a Map<String, Value>, field: &str) -> Vec<&'a str> {
 fn check_create(policy: Policy, body: &[u8], outcome: &Outcome) {
     let verdict = match outcome {
         Outcome::PassThrough => panic!("a container create was passed through unjudged"),
+        Outcome::Network(_) => panic!("a container create was judged as a network create"),
         Outcome::Invalid(message) => {
             assert!(!message.is_empty());
             return;
