@@ -8,6 +8,8 @@
 //! own arguments (remapped the same way, TCP ports to free loopback ones), and a docker CLI
 //! using the client's old address reaches the daemon through it, and only through it: what
 //! it creates carries the owner label, and once the guard stops the old address is dead.
+//! GitLab's and Tekton's clients speak TLS to 2376: the guard stands there with the
+//! certificate tree it wrote in `/certs`, and lets through only a client with `client/`'s.
 
 mod common;
 
@@ -391,7 +393,27 @@ fn check_old_address_goes_through_the_guard(
     owner: &str,
     old_host: &str,
 ) {
-    let cli = || docker_cli(old_host, &moved.root.path().join("cli-client"));
+    check_old_address_goes_through_the_guard_with(moved, &mut guard, owner, old_host, None);
+}
+
+/// The same, for a client that speaks TLS with the certificates in `tls_cert_path` (the
+/// `client/` directory the guard wrote), as GitLab's and Tekton's clients do.
+fn check_old_address_goes_through_the_guard_with(
+    moved: &Moved,
+    guard: &mut Process,
+    owner: &str,
+    old_host: &str,
+    tls_cert_path: Option<&Path>,
+) {
+    let cli = || {
+        let mut command = docker_cli(old_host, &moved.root.path().join("cli-client"));
+        if let Some(dir) = tls_cert_path {
+            command
+                .env("DOCKER_TLS_VERIFY", "1")
+                .env("DOCKER_CERT_PATH", dir);
+        }
+        command
+    };
     guard.wait_until("let a client through the old address", || {
         run(cli().arg("version"), None, Duration::from_secs(20))
             .status
@@ -500,6 +522,61 @@ fn gitlab_s_moved_daemon_starts_without_tls_and_answers_only_privately() {
     // No certificates generated: that is the guard's job now.
     assert!(!under(moved.root.path(), "/certs/client/ca.pem").exists());
     moved.daemon.stop();
+}
+
+/// GitLab's and Tekton's clients speak TLS to `docker:2376`/`localhost:2376` with the
+/// certificates in the shared `/certs/client`: the guard, standing at 2376 with the tree it
+/// wrote, lets them through (and refuses a client without a certificate).
+fn check_tls_clients_reach_the_moved_daemon_through_the_guard(file: &str, daemon: &str) {
+    let mut moved = start_moved_daemon(file, daemon);
+    import_probe_image(&moved);
+    let owner = format!("3c1e-{daemon}");
+    let (mut guard, ports) = start_guard(&moved, &owner);
+    assert_eq!(
+        ports.iter().map(|(old, _)| *old).collect::<Vec<_>>(),
+        [2376],
+        "the guard stands at the daemon's TLS port"
+    );
+    let client_dir = under(moved.root.path(), "/certs/client");
+    guard.wait_until("write the client certificates", || {
+        ["ca.pem", "cert.pem", "key.pem"]
+            .iter()
+            .all(|name| client_dir.join(name).is_file())
+    });
+    let old_host = format!("tcp://localhost:{}", ports[0].1);
+    let without_certificate = run(
+        docker_cli(&old_host, &moved.root.path().join("cli-plain")).arg("version"),
+        None,
+        Duration::from_secs(20),
+    );
+    assert!(
+        !without_certificate.status.success(),
+        "a client without the certificate got through"
+    );
+    check_old_address_goes_through_the_guard_with(
+        &moved,
+        &mut guard,
+        &owner,
+        &old_host,
+        Some(&client_dir),
+    );
+    moved.daemon.stop();
+}
+
+#[test]
+fn gitlab_s_tls_client_reaches_the_moved_daemon_through_the_guard_on_2376() {
+    check_tls_clients_reach_the_moved_daemon_through_the_guard(
+        "gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml",
+        "svc-0",
+    );
+}
+
+#[test]
+fn tekton_s_tls_client_reaches_the_moved_daemon_through_the_guard_on_2376() {
+    check_tls_clients_reach_the_moved_daemon_through_the_guard(
+        "tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml",
+        "sidecar-server",
+    );
 }
 
 #[test]
