@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::audit::FailOn;
 use crate::audit::report::Format;
+use crate::audit::reports::ReportFormat;
 use crate::dind::{Address, DEFAULT_MAX_EXITED, GuardCommand, Policy, parse_duration};
 use crate::telemetry::LogFormat;
 
@@ -188,10 +189,21 @@ pub struct AuditArgs {
     /// Configuration file, as for podmend serve (its modes decide what each finding is).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Print the findings as wgpolicyk8s.io/v1alpha2 PolicyReports (YAML) instead (with --cluster).
+    /// Print the findings as report objects (YAML) instead, one set per namespace, each object
+    /// under 1 MiB (with --cluster); --report-format picks the API.
     #[arg(long, requires = "cluster")]
     pub policy_report: bool,
-    /// Apply the PolicyReports to the cluster (server-side apply) instead of printing them.
+    /// The report API: policyreport (wgpolicyk8s.io/v1alpha2 PolicyReport) or openreports
+    /// (openreports.io/v1alpha1 Report).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "policyreport",
+        requires = "policy_report"
+    )]
+    pub report_format: ReportFormat,
+    /// Apply the reports to the cluster (server-side apply, field manager podmend) instead of
+    /// printing them, and delete podmend's reports the run no longer produces.
     #[arg(long, requires = "policy_report")]
     pub apply: bool,
 }
