@@ -1,4 +1,4 @@
-//! The command line: `podmend serve | audit | guard | certs | config`.
+//! The command line: `podmend serve | audit | clean-storms | guard | certs | config`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,6 +38,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Show what podmend would repair, in manifests or a live cluster (a dry run).
     Audit(AuditArgs),
+    /// Delete the Failed pods of kubelet rejection storms (OutOfcpu, NodeAffinity, …), all but
+    /// the newest few per owner, rate-limited, with an Event on each owner.
+    CleanStorms(CleanStormsArgs),
     /// Run the Docker API guard of a Docker-in-Docker pod (guard reap: remove orphans).
     Guard(GuardArgs),
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
@@ -335,4 +338,58 @@ pub struct GuardReapArgs {
     /// Print what would be removed and remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// `podmend clean-storms`: the Failed pods `audit --cluster` reports as a storm, deleted.
+#[derive(Debug, Args)]
+pub struct CleanStormsArgs {
+    /// Kubeconfig context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, in-cluster.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only this namespace; default: all namespaces.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Pods per list request.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub page_size: u32,
+    /// An owner's Failed pods of one rejection reason are a storm from this many on; smaller
+    /// groups are left alone.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub threshold: u64,
+    /// Keep the newest this many pods of each storm (by creationTimestamp), for inspection.
+    #[arg(long, default_value_t = 5)]
+    pub keep: u64,
+    /// At most this many deletes per second (a client-side token bucket), so the API server is
+    /// never flooded.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_rate)]
+    pub deletes_per_second: f64,
+    /// List the pods that would be deleted, one line each in the order a real run deletes
+    /// them, and delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Only this kubelet rejection reason (OutOfcpu, NodeAffinity, …); repeat or separate
+    /// with commas for more. Default: every admission rejection.
+    #[arg(long = "reason", value_delimiter = ',')]
+    pub reasons: Vec<String>,
+    /// Push the run's metrics to this Prometheus Pushgateway (http://HOST:PORT), job
+    /// podmend-clean-storms.
+    #[arg(long, value_name = "URL", env = "PODMEND_PUSHGATEWAY")]
+    pub pushgateway: Option<String>,
+    /// Write the run's metrics to this file in the Prometheus text format (e.g. for
+    /// node_exporter's textfile collector).
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+/// A rate per second: a positive number up to 10,000.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate > 0.0 && rate <= 10_000.0 && rate.is_finite() => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a rate: give a number of deletes per second above 0 and at most 10000"
+        )),
+    }
 }

@@ -8,4 +8,5 @@ pub mod pod_gen;
 pub mod python;
 pub mod schema;
 pub mod server;
+pub mod storm;
 pub mod yaml_readers;

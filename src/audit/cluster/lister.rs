@@ -44,18 +44,21 @@ impl Lister<'_> {
     where
         K: Resource + Clone + DeserializeOwned + Debug,
     {
-        self.list_with(api, what, ListParams::default(), each).await
+        Ok(self
+            .list_with(api, what, ListParams::default(), each)
+            .await?
+            .0)
     }
 
     /// [`Self::list`] with label and field selectors in `params` (its `limit` and `continue`
-    /// are the lister's).
+    /// are the lister's); returns the objects listed and the list requests sent.
     pub async fn list_with<K>(
         &self,
         api: Api<K>,
         what: &str,
         params: ListParams,
         mut each: impl FnMut(K),
-    ) -> Result<usize, ClusterAuditError>
+    ) -> Result<(usize, usize), ClusterAuditError>
     where
         K: Resource + Clone + DeserializeOwned + Debug,
     {
@@ -63,8 +66,10 @@ impl Lister<'_> {
         let mut params = params.limit(self.page_size.max(1));
         params.continue_token = None;
         let mut count = 0usize;
+        let mut requests = 0usize;
         self.show(what, count);
         loop {
+            requests += 1;
             let page = api
                 .list(&params)
                 .await
@@ -79,7 +84,7 @@ impl Lister<'_> {
                 None => break,
             }
         }
-        Ok(count)
+        Ok((count, requests))
     }
 
     /// `in namespace ci`, `in all namespaces`, or `of the cluster` for cluster-scoped kinds.
