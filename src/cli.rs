@@ -116,11 +116,13 @@ pub struct SelfTlsArgs {
     /// The Secret holding ca.crt, ca.key, tls.crt and tls.key (with --tls-self-manage).
     #[arg(long, requires = "tls_self_manage")]
     pub tls_secret: Option<String>,
-    /// Namespace of the Secret; default: the pod's own (in-cluster namespace file).
-    #[arg(long, env = "POD_NAMESPACE", requires = "tls_self_manage")]
+    /// Namespace of the Secret; default: the pod's own (in-cluster namespace file). Read only
+    /// with --tls-self-manage (POD_NAMESPACE is a common variable, set whatever the TLS mode).
+    #[arg(long, env = "POD_NAMESPACE")]
     pub tls_namespace: Option<String>,
-    /// Webhook configurations (mutating or validating, comma-separated) whose caBundle
-    /// podmend keeps up to date.
+    /// Webhook configurations whose caBundle podmend keeps up to date, comma-separated:
+    /// mutatingwebhookconfigurations/NAME or validatingwebhookconfigurations/NAME, or NAME
+    /// alone (then looked up as either kind, which needs get on both).
     #[arg(long, value_delimiter = ',', requires = "tls_self_manage")]
     pub webhook_configurations: Vec<String>,
     /// The Service in front of the webhook: the certificate is for <service>.<ns>.svc and

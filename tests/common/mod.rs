@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod api_stub;
+pub mod chart;
 pub mod crd_schema;
 pub mod dockerd;
 pub mod k8s_rules;
