@@ -378,11 +378,17 @@ pub enum AuditError {
     #[error(transparent)]
     Cluster(#[from] cluster::ClusterAuditError),
     #[error(transparent)]
-    Report(#[from] reports::ReportError),
+    Report(Box<reports::ReportError>),
     #[error("-o yaml prints the given manifests repaired; it takes manifest paths, not --cluster")]
     YamlFromCluster,
     #[error("cannot write the output: {0}")]
     Write(#[source] std::io::Error),
+}
+
+impl From<reports::ReportError> for AuditError {
+    fn from(error: reports::ReportError) -> Self {
+        Self::Report(Box::new(error))
+    }
 }
 
 /// How the output is shown.

@@ -582,6 +582,41 @@ fn unix_now() -> u64 {
         .as_secs()
 }
 
+/// Runs `podmend clean-storms`: plans, cleans (or lists, with `--dry-run`), prints the summary
+/// line, hands the metrics over. True when nothing failed.
+pub async fn clean_command(
+    args: &crate::cli::CleanStormsArgs,
+    progress: bool,
+    out: &mut dyn Write,
+) -> Result<bool, StormError> {
+    let options = CleanOptions {
+        namespace: args.namespace.clone(),
+        page_size: args.page_size,
+        threshold: usize::try_from(args.threshold).unwrap_or(usize::MAX),
+        keep: usize::try_from(args.keep).unwrap_or(usize::MAX),
+        deletes_per_second: args.deletes_per_second,
+        dry_run: args.dry_run,
+        reasons: args.reasons.clone(),
+        progress,
+    };
+    let client =
+        crate::audit::cluster::client_for(args.kubeconfig.as_deref(), args.context.as_deref())
+            .await?;
+    let plan = plan(&client, &options).await?;
+    let mut outcome = execute(&client, &plan, &options, out).await?;
+    // client_for's GET /version, which checks the API server answers.
+    outcome.api_requests += 1;
+    writeln!(out, "{}", outcome.summary()).map_err(StormError::Write)?;
+    let text = metrics::render(&outcome);
+    if let Some(path) = &args.metrics_file {
+        metrics::write_file(path, &text)?;
+    }
+    if let Some(url) = &args.pushgateway {
+        metrics::push(url, args.namespace.as_deref(), &text).await?;
+    }
+    Ok(outcome.succeeded())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -749,39 +784,4 @@ mod tests {
         assert!(message.contains("keeping the newest 1"), "{message}");
         assert!(message.contains("threshold of 2"), "{message}");
     }
-}
-
-/// Runs `podmend clean-storms`: plans, cleans (or lists, with `--dry-run`), prints the summary
-/// line, hands the metrics over. True when nothing failed.
-pub async fn clean_command(
-    args: &crate::cli::CleanStormsArgs,
-    progress: bool,
-    out: &mut dyn Write,
-) -> Result<bool, StormError> {
-    let options = CleanOptions {
-        namespace: args.namespace.clone(),
-        page_size: args.page_size,
-        threshold: usize::try_from(args.threshold).unwrap_or(usize::MAX),
-        keep: usize::try_from(args.keep).unwrap_or(usize::MAX),
-        deletes_per_second: args.deletes_per_second,
-        dry_run: args.dry_run,
-        reasons: args.reasons.clone(),
-        progress,
-    };
-    let client =
-        crate::audit::cluster::client_for(args.kubeconfig.as_deref(), args.context.as_deref())
-            .await?;
-    let plan = plan(&client, &options).await?;
-    let mut outcome = execute(&client, &plan, &options, out).await?;
-    // client_for's GET /version, which checks the API server answers.
-    outcome.api_requests += 1;
-    writeln!(out, "{}", outcome.summary()).map_err(StormError::Write)?;
-    let text = metrics::render(&outcome);
-    if let Some(path) = &args.metrics_file {
-        metrics::write_file(path, &text)?;
-    }
-    if let Some(url) = &args.pushgateway {
-        metrics::push(url, args.namespace.as_deref(), &text).await?;
-    }
-    Ok(outcome.succeeded())
 }

@@ -817,9 +817,9 @@ async fn answer(
             }
             let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
             if watching {
-                watch_response(shared, resource, namespace, &query)
+                watch_response(shared, resource, namespace, query)
             } else {
-                list_response(&shared, &resource, namespace.as_deref(), &query)
+                list_response(&shared, &resource, namespace.as_deref(), query)
             }
         }
         Target::Object {

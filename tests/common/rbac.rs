@@ -543,8 +543,7 @@ impl Permission {
         } else {
             format!("{}.{}", self.resource, self.group)
         };
-        marker.verbs.iter().any(|v| *v == self.verb)
-            && marker.resources.iter().any(|r| *r == resource)
+        marker.verbs.contains(&self.verb) && marker.resources.contains(&resource)
     }
 }
 
