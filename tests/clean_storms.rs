@@ -220,6 +220,11 @@ async fn a_storm_of_5000_is_listed_by_the_dry_run_then_deleted_but_the_newest_ra
     );
     assert!(message.contains("keeping the newest 5"), "{message}");
     assert!(message.contains("threshold of 50"), "{message}");
+    // As the API server would store it: the official schema, strictly.
+    let mut stored = event.clone();
+    stored["apiVersion"] = "v1".into();
+    stored["kind"] = "Event".into();
+    common::schema::validate_with_schema(&[stored], true).expect("a valid core/v1 Event");
 
     // Never faster than the limit: at most rate + 1 (the bucket's one token) per second.
     let most = busiest_second(&deleted);

@@ -403,10 +403,10 @@ pub async fn execute(
             .map(|pod| {
                 let (pods, bucket) = (pods.clone(), bucket.clone());
                 async move {
-                    // Reservations are made in the plan's order (the stream polls in order),
-                    // the wait happens outside the lock.
-                    let wait = bucket.lock().await.reserve(Instant::now());
-                    tokio::time::sleep(wait).await;
+                    // The stream polls in the plan's order and the lock is fair, so deletes
+                    // take their tokens, and go out, in that order; the lock is held while
+                    // waiting, so that each goes out a full interval after the one before.
+                    bucket.lock().await.acquire().await;
                     (pod, delete_pod(&pods, pod).await)
                 }
             })
