@@ -239,7 +239,8 @@ async fn a_storm_of_5000_is_listed_by_the_dry_run_then_deleted_but_the_newest_ra
     );
     let requests = calls.len();
     println!(
-        "cleaned {} pods at --deletes-per-second {rate} in {:.2} s: {requests} API requests ({} list, {} delete, {} create), busiest second {most} deletes",
+        "dry run in {:.2} s; cleaned {} pods at --deletes-per-second {rate} in {:.2} s: {requests} API requests ({} list, {} delete, {} create), busiest second {most} deletes",
+        dry.took.as_secs_f64(),
         deleted.len(),
         real.took.as_secs_f64(),
         calls.iter().filter(|c| c.verb == "list").count(),
