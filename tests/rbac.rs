@@ -51,6 +51,8 @@ pub enum Finish {
     /// A server: it is stopped once `/readyz` on its `--metrics-listen` port answers 200
     /// and it had `settle` to finish what it does after that.
     Ready { settle: Duration },
+    /// A loop without a readiness port (a node agent): stopped after this long.
+    RunsFor(Duration),
 }
 
 /// One run of a component against a seeded stub.
@@ -467,6 +469,10 @@ async fn run_scenario(component: &Component, scenario: &Scenario, render: &Rende
     let mut child = command.spawn().expect("start podmend");
     match component.finish {
         Finish::Exits => {}
+        Finish::RunsFor(duration) => {
+            tokio::time::sleep(duration).await;
+            child.start_kill().expect("stop podmend");
+        }
         Finish::Ready { settle } => {
             let addr = metrics.expect("a --metrics-listen argument");
             let deadline = Instant::now() + Duration::from_secs(30);
