@@ -1,4 +1,4 @@
-//! The command line: `podmend serve | audit | guard | certs | config`.
+//! The command line: `podmend serve | audit | clean-storms | guard | certs | config`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::audit::FailOn;
 use crate::audit::report::Format;
+use crate::audit::reports::ReportFormat;
 use crate::dind::{Address, DEFAULT_MAX_EXITED, GuardCommand, Policy, parse_duration};
 use crate::guard::reap::parse_size;
 use crate::telemetry::LogFormat;
@@ -38,6 +39,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Show what podmend would repair, in manifests or a live cluster (a dry run).
     Audit(AuditArgs),
+    /// Delete the Failed pods of kubelet rejection storms (OutOfcpu, NodeAffinity, …), all but
+    /// the newest few per owner, rate-limited, with an Event on each owner.
+    CleanStorms(CleanStormsArgs),
     /// Run the Docker API guard of a Docker-in-Docker pod (guard reap: remove orphans).
     Guard(GuardArgs),
     /// Write a development CA and serving certificate (ca.crt, tls.crt, tls.key).
@@ -113,11 +117,13 @@ pub struct SelfTlsArgs {
     /// The Secret holding ca.crt, ca.key, tls.crt and tls.key (with --tls-self-manage).
     #[arg(long, requires = "tls_self_manage")]
     pub tls_secret: Option<String>,
-    /// Namespace of the Secret; default: the pod's own (in-cluster namespace file).
-    #[arg(long, env = "POD_NAMESPACE", requires = "tls_self_manage")]
+    /// Namespace of the Secret; default: the pod's own (in-cluster namespace file). Read only
+    /// with --tls-self-manage (POD_NAMESPACE is a common variable, set whatever the TLS mode).
+    #[arg(long, env = "POD_NAMESPACE")]
     pub tls_namespace: Option<String>,
-    /// Webhook configurations (mutating or validating, comma-separated) whose caBundle
-    /// podmend keeps up to date.
+    /// Webhook configurations whose caBundle podmend keeps up to date, comma-separated:
+    /// mutatingwebhookconfigurations/NAME or validatingwebhookconfigurations/NAME, or NAME
+    /// alone (then looked up as either kind, which needs get on both).
     #[arg(long, value_delimiter = ',', requires = "tls_self_manage")]
     pub webhook_configurations: Vec<String>,
     /// The Service in front of the webhook: the certificate is for <service>.<ns>.svc and
@@ -189,10 +195,21 @@ pub struct AuditArgs {
     /// Configuration file, as for podmend serve (its modes decide what each finding is).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Print the findings as wgpolicyk8s.io/v1alpha2 PolicyReports (YAML) instead (with --cluster).
+    /// Print the findings as report objects (YAML) instead, one set per namespace, each object
+    /// under 1 MiB (with --cluster); --report-format picks the API.
     #[arg(long, requires = "cluster")]
     pub policy_report: bool,
-    /// Apply the PolicyReports to the cluster (server-side apply) instead of printing them.
+    /// The report API: policyreport (wgpolicyk8s.io/v1alpha2 PolicyReport) or openreports
+    /// (openreports.io/v1alpha1 Report).
+    #[arg(
+        long,
+        value_enum,
+        default_value = "policyreport",
+        requires = "policy_report"
+    )]
+    pub report_format: ReportFormat,
+    /// Apply the reports to the cluster (server-side apply, field manager podmend) instead of
+    /// printing them, and delete podmend's reports the run no longer produces.
     #[arg(long, requires = "policy_report")]
     pub apply: bool,
 }
@@ -357,4 +374,58 @@ pub struct GuardReapArgs {
     /// Print what would be removed and remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+/// `podmend clean-storms`: the Failed pods `audit --cluster` reports as a storm, deleted.
+#[derive(Debug, Args)]
+pub struct CleanStormsArgs {
+    /// Kubeconfig context.
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Kubeconfig file; default: $KUBECONFIG, ~/.kube/config, in-cluster.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Only this namespace; default: all namespaces.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// Pods per list request.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub page_size: u32,
+    /// An owner's Failed pods of one rejection reason are a storm from this many on; smaller
+    /// groups are left alone.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..))]
+    pub threshold: u64,
+    /// Keep the newest this many pods of each storm (by creationTimestamp), for inspection.
+    #[arg(long, default_value_t = 5)]
+    pub keep: u64,
+    /// At most this many deletes per second (a client-side token bucket), so the API server is
+    /// never flooded.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_rate)]
+    pub deletes_per_second: f64,
+    /// List the pods that would be deleted, one line each in the order a real run deletes
+    /// them, and delete nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Only this kubelet rejection reason (OutOfcpu, NodeAffinity, …); repeat or separate
+    /// with commas for more. Default: every admission rejection.
+    #[arg(long = "reason", value_delimiter = ',')]
+    pub reasons: Vec<String>,
+    /// Push the run's metrics to this Prometheus Pushgateway (http://HOST:PORT), job
+    /// podmend-clean-storms.
+    #[arg(long, value_name = "URL", env = "PODMEND_PUSHGATEWAY")]
+    pub pushgateway: Option<String>,
+    /// Write the run's metrics to this file in the Prometheus text format (e.g. for
+    /// node_exporter's textfile collector).
+    #[arg(long, value_name = "FILE")]
+    pub metrics_file: Option<PathBuf>,
+}
+
+/// A rate per second: a positive number up to 10,000.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate > 0.0 && rate <= 10_000.0 && rate.is_finite() => Ok(rate),
+        _ => Err(format!(
+            "{text:?} is not a rate: give a number of deletes per second above 0 and at most 10000"
+        )),
+    }
 }

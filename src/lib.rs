@@ -5,7 +5,9 @@
 //! - [`cli`]: the command line (clap); `main.rs` only dispatches.
 //! - [`config`]: the YAML configuration, its defaults and validation.
 //! - [`admission`]: the `admission.k8s.io/v1` AdmissionReview envelope, in and out.
-//! - [`audit`]: `podmend audit`, the dry run over manifests and live clusters.
+//! - [`audit`]: `podmend audit`, the dry run over manifests and live clusters, and the
+//!   PolicyReports / OpenReports it keeps current.
+//! - [`storms`]: `podmend clean-storms`, the rate-limited clean-up of rejection storms.
 //! - [`engine`]: runs the rules on one object and computes the JSON Patch.
 //! - [`target`]: the one table from workload kind to pod-template path.
 //! - [`rules`]: the ordered rule registry, one file per rule.
@@ -34,5 +36,6 @@ pub mod metrics;
 pub mod quantity;
 pub mod rules;
 pub mod server;
+pub mod storms;
 pub mod target;
 pub mod telemetry;

@@ -10,7 +10,7 @@ use podmend::cli::{Cli, Command, GuardSubcommand};
 use podmend::config::{Config, DEFAULT_CONFIG_YAML};
 use podmend::guard::{self, GuardOptions};
 use podmend::server::{self, ServeOptions};
-use podmend::{audit, certs, telemetry};
+use podmend::{audit, certs, storms, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -93,6 +93,20 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
             let mut stdout = std::io::stdout().lock();
             let status = runtime.block_on(audit::run(&args, &mut stdout, terminal))?;
             Ok(ExitCode::from(status))
+        }
+        Command::CleanStorms(args) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let runtime =
+                tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
+            let mut stdout = std::io::stdout().lock();
+            let progress = std::io::stderr().is_terminal();
+            let succeeded =
+                runtime.block_on(storms::clean_command(&args, progress, &mut stdout))?;
+            Ok(if succeeded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Guard(args) => {
             let _ = rustls::crypto::ring::default_provider().install_default();

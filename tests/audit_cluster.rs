@@ -7,9 +7,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use common::api_stub::ApiStub;
-use podmend::audit::cluster::{
-    ClusterAuditError, ClusterAuditOptions, apply_policy_reports, audit_cluster, client_for,
-    policy_reports,
+use podmend::audit::cluster::{ClusterAuditError, ClusterAuditOptions, audit_cluster, client_for};
+use podmend::audit::reports::{
+    ApplyScope, ReportError, ReportFormat, apply_reports, policy_reports,
 };
 use podmend::audit::{Report, Source, SymptomKind};
 use podmend::cluster::StaticCluster;
@@ -171,6 +171,22 @@ fn every_pod() -> Vec<Value> {
         pending_waiting_pod(),
     ]);
     pods
+}
+
+/// Applies `reports` as `audit --policy-report --apply` does, cluster-wide; how many.
+async fn apply_policy_reports(stub: &ApiStub, reports: &[Value]) -> Result<usize, ReportError> {
+    let scope = ApplyScope {
+        namespace: None,
+        page_size: 500,
+    };
+    let done = apply_reports(
+        stub.client().await,
+        ReportFormat::PolicyReport,
+        reports,
+        &scope,
+    )
+    .await?;
+    Ok(done.applied)
 }
 
 async fn audit(stub: &ApiStub, options: &ClusterAuditOptions) -> Report {
@@ -562,7 +578,7 @@ async fn applying_policy_reports_is_a_server_side_apply_by_podmend() {
         );
         let report = audit(&stub, &options(500, None)).await;
         let reports = policy_reports(&report);
-        let applied = apply_policy_reports(stub.client().await, &reports)
+        let applied = apply_policy_reports(&stub, &reports)
             .await
             .expect("applied");
         assert_eq!(applied, 3);
@@ -584,7 +600,7 @@ async fn applying_policy_reports_is_a_server_side_apply_by_podmend() {
         assert_eq!(stored[1]["summary"]["fail"], 2);
 
         // Applying again updates in place.
-        let again = apply_policy_reports(stub.client().await, &reports)
+        let again = apply_policy_reports(&stub, &reports)
             .await
             .expect("applied again");
         assert_eq!(again, 3);
@@ -599,13 +615,10 @@ async fn applying_without_the_crd_says_to_install_it() {
         let stub = stub_with(vec![jenkins_agent()]).await;
         let report = audit(&stub, &options(500, None)).await;
         let reports = policy_reports(&report);
-        let error = apply_policy_reports(stub.client().await, &reports)
+        let error = apply_policy_reports(&stub, &reports)
             .await
             .expect_err("no CRD");
-        assert!(
-            matches!(error, ClusterAuditError::PolicyReportCrdMissing { .. }),
-            "{error:?}"
-        );
+        assert!(matches!(error, ReportError::CrdMissing { .. }), "{error:?}");
         let message = error.to_string();
         assert!(message.contains("PolicyReport CRD"), "{message}");
         assert!(message.contains("install"), "{message}");

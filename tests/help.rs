@@ -61,6 +61,7 @@ fn every_command_has_help_and_the_walk_finds_them_all() {
         "",
         "serve",
         "audit",
+        "clean-storms",
         "guard",
         "guard reap",
         "certs",

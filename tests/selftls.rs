@@ -591,3 +591,34 @@ async fn server_keeps_answering_while_its_certificate_is_replaced() {
     let _ = stop_tx.send(());
     server.await.unwrap().expect("serve ends cleanly");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kind_qualified_names_read_each_configuration_as_its_own_kind_only() {
+    install_provider();
+    let stub = stub().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut options = options(dir.path(), 365, 30);
+    options.webhook_configurations = vec![
+        format!("mutatingwebhookconfigurations/{MUTATING}"),
+        format!("validatingwebhookconfigurations/{VALIDATING}"),
+    ];
+    let tls = SelfTls::new(stub.client().await, options);
+    tls.reconcile().await.expect("reconcile");
+    assert_eq!(ca_bundles(&stub).len(), 4, "both configurations patched");
+    let reads: Vec<String> = stub
+        .calls()
+        .into_iter()
+        .filter(|c| c.resource.ends_with("webhookconfigurations"))
+        .map(|c| format!("{} {}/{}", c.verb, c.resource, c.name))
+        .collect();
+    assert_eq!(
+        reads,
+        [
+            format!("get mutatingwebhookconfigurations/{MUTATING}"),
+            format!("patch mutatingwebhookconfigurations/{MUTATING}"),
+            format!("get validatingwebhookconfigurations/{VALIDATING}"),
+            format!("patch validatingwebhookconfigurations/{VALIDATING}"),
+        ],
+        "a qualified name is never looked up as the other kind (its RBAC would refuse it)"
+    );
+}

@@ -1,12 +1,14 @@
 //! `podmend audit`: the dry run. Objects from manifests ([`manifests`]) or a live cluster
 //! ([`cluster`]) go through the same [`Engine::review`] as the webhook, as CREATE requests;
 //! the [`Report`] holds every finding with the exact patch the webhook computes, and
-//! [`report`] renders it (table, JSON, SARIF, patches); repaired manifests and PolicyReports
-//! are written as YAML by [`yaml`], quoted so that YAML 1.1 and 1.2 readers agree.
+//! [`report`] renders it (table, JSON, SARIF, patches); [`reports`] turns it into
+//! PolicyReports or OpenReports and keeps those current; repaired manifests and reports are
+//! written as YAML by [`yaml`], quoted so that YAML 1.1 and 1.2 readers agree.
 
 pub mod cluster;
 pub mod manifests;
 pub mod report;
+pub mod reports;
 pub mod yaml;
 
 use json_patch::PatchOperation;
@@ -376,10 +378,18 @@ pub enum AuditError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Cluster(#[from] cluster::ClusterAuditError),
+    #[error(transparent)]
+    Report(Box<reports::ReportError>),
     #[error("-o yaml prints the given manifests repaired; it takes manifest paths, not --cluster")]
     YamlFromCluster,
     #[error("cannot write the output: {0}")]
     Write(#[source] std::io::Error),
+}
+
+impl From<reports::ReportError> for AuditError {
+    fn from(error: reports::ReportError) -> Self {
+        Self::Report(Box::new(error))
+    }
 }
 
 /// How the output is shown.
@@ -429,13 +439,29 @@ pub async fn run(
         }
         print_input_errors(&report);
         if args.policy_report {
-            let reports = cluster::policy_reports(&report);
+            let objects = reports::reports(&report, args.report_format);
             if args.apply {
-                let applied = cluster::apply_policy_reports(client, &reports).await?;
-                write(out, &format!("applied {applied} PolicyReport(s)\n"))?;
+                let scope = reports::ApplyScope {
+                    namespace: args.namespace.as_deref(),
+                    page_size: args.page_size,
+                };
+                let done =
+                    reports::apply_reports(client, args.report_format, &objects, &scope).await?;
+                let kind = args.report_format.namespaced().kind;
+                let mut line = format!("applied {} {kind}(s)", done.applied);
+                if done.deleted.is_empty() {
+                    line.push_str(", none stale\n");
+                } else {
+                    line.push_str(&format!(
+                        ", deleted {} stale: {}\n",
+                        done.deleted.len(),
+                        done.deleted.join(", ")
+                    ));
+                }
+                write(out, &line)?;
             } else {
-                for policy_report in &reports {
-                    write(out, &format!("---\n{}", yaml::to_string(policy_report)))?;
+                for object in &objects {
+                    write(out, &format!("---\n{}", yaml::to_string(object)))?;
                 }
             }
             return Ok(report.exit_status(fail_on));

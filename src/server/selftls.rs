@@ -47,7 +47,10 @@ pub const NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/
 pub struct SelfTlsOptions {
     pub namespace: String,
     pub secret: String,
-    /// Names of webhook configurations (mutating or validating) whose caBundle is kept.
+    /// Webhook configurations whose caBundle is kept: `mutatingwebhookconfigurations/NAME`,
+    /// `validatingwebhookconfigurations/NAME`, or a bare `NAME`, looked up as either (which
+    /// needs `get` on both kinds for that name; the chart names the kind, so that its RBAC
+    /// grants each name on its own kind only).
     pub webhook_configurations: Vec<String>,
     pub dns_names: Vec<String>,
     pub renew_before: Duration,
@@ -93,7 +96,9 @@ pub enum SelfTlsError {
         #[source]
         source: std::io::Error,
     },
-    #[error("webhook configuration {name:?} is neither a mutating nor a validating one")]
+    #[error(
+        "webhook configuration {name:?} is neither a mutating nor a validating one; check --webhook-configurations (KIND/NAME with KIND mutatingwebhookconfigurations or validatingwebhookconfigurations, or NAME)"
+    )]
     WebhookNotFound { name: String },
     #[error("cannot {action} {kind} {name}: {source}")]
     Webhook {
@@ -476,18 +481,27 @@ impl SelfTls {
     /// (JSON Patch, each webhook guarded by a `test` of its name).
     pub async fn patch_ca_bundles(&self, bundle: &str) -> Result<(), SelfTlsError> {
         let encoded = BASE64.encode(bundle.as_bytes());
-        for name in &self.options.webhook_configurations {
+        const KINDS: [(&str, &str); 2] = [
+            (
+                "MutatingWebhookConfiguration",
+                "mutatingwebhookconfigurations",
+            ),
+            (
+                "ValidatingWebhookConfiguration",
+                "validatingwebhookconfigurations",
+            ),
+        ];
+        for entry in &self.options.webhook_configurations {
+            let qualified = entry.split_once('/').and_then(|(plural, name)| {
+                KINDS
+                    .iter()
+                    .find(|(_, p)| *p == plural)
+                    .map(|kind| (vec![*kind], name.to_string()))
+            });
+            let (kinds, name) = qualified.unwrap_or_else(|| (KINDS.to_vec(), entry.clone()));
+            let name = &name;
             let mut found = false;
-            for (kind, plural) in [
-                (
-                    "MutatingWebhookConfiguration",
-                    "mutatingwebhookconfigurations",
-                ),
-                (
-                    "ValidatingWebhookConfiguration",
-                    "validatingwebhookconfigurations",
-                ),
-            ] {
+            for (kind, plural) in kinds {
                 let url = format!("/apis/admissionregistration.k8s.io/v1/{plural}/{name}");
                 let err = |action: &'static str| {
                     move |source| SelfTlsError::Webhook {

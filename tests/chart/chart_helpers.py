@@ -108,6 +108,20 @@ def is_test_hook(doc: dict[str, Any]) -> bool:
     return (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
 
 
+# The scheduled jobs' objects carry their component label (templates/_jobs.tpl).
+JOB_COMPONENTS = ("reports", "storm-cleanup")
+
+
+def component(doc: dict[str, Any]) -> str | None:
+    """`app.kubernetes.io/component` of `doc`, if any."""
+    return (doc["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+
+
+def webhook_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What `helm install` creates for the webhook: no `helm test` hooks, no job objects."""
+    return [d for d in docs if not is_test_hook(d) and component(d) not in JOB_COMPONENTS]
+
+
 def one_container(deployment: dict[str, Any]) -> dict[str, Any]:
     containers = deployment["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
@@ -241,6 +255,17 @@ def cases() -> dict[str, dict[str, Any]]:
             "tests": {"namespace": "ci"},
         },
         "client-ca-no-rbac": {"tls": {"clientCA": {"configMapName": "apiserver-client-ca"}}, "rbac": {"create": False}},
+        # The scheduled jobs, cluster-wide with the defaults, and namespaced with every option.
+        "jobs": {"reports": {"enabled": True}, "stormCleanup": {"enabled": True}},
+        "jobs-namespaced-openreports-dry-run": {
+            "reports": {"enabled": True, "format": "openreports", "namespace": "ci", "schedule": "@daily",
+                        "timeZone": "Europe/Berlin", "pageSize": 100, "nodeSelector": {"kubernetes.io/os": "linux"}},
+            "stormCleanup": {"enabled": True, "dryRun": True, "namespace": "ci", "threshold": 100, "keep": 0,
+                             "deletesPerSecond": 2.5, "reasons": ["OutOfcpu", "NodeAffinity"],
+                             "pushgateway": "http://pushgateway.monitoring:9091",
+                             "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
+        },
+        "jobs-no-rbac": {"reports": {"enabled": True}, "stormCleanup": {"enabled": True}, "rbac": {"create": False}},
     }
 
 
@@ -249,6 +274,8 @@ CASES = cases()
 RELEASES = {
     "namespace-selector-extras": ("ops-podmend", "ops"),
     "tls-certManager": ("mend", "platform"),
+    # fullname at its 40-character limit: the CronJob names must still fit 52.
+    "jobs-namespaced-openreports-dry-run": ("podmend-release-named-at-the-forty-limit", "ops"),
 }
 
 

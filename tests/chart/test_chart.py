@@ -35,6 +35,7 @@ from chart_helpers import (
     REPO,
     by_kind,
     chart,
+    component,
     effective,
     is_test_hook,
     mode,
@@ -47,6 +48,7 @@ from chart_helpers import (
     route_constants,
     strip,
     values_of,
+    webhook_objects,
 )
 from kubernetes_validate.utils import SchemaNotFoundError
 
@@ -410,9 +412,9 @@ def test_the_deployment_is_hardened_and_highly_available(rendered):
     assert flag("--cache-stale-seconds") == str(values["cacheStaleSeconds"])
     assert values["shutdownDelaySeconds"] + values["shutdownSeconds"] < pod["terminationGracePeriodSeconds"]
 
-    # the ServiceAccount the pods run as is the one RBAC binds (the `helm test` hooks have
-    # their own, checked in test_helm_test.py)
-    installed = [d for d in docs if not is_test_hook(d)]
+    # the ServiceAccount the pods run as is the one RBAC binds (the `helm test` hooks and the
+    # scheduled jobs have their own, checked in test_helm_test.py and test_jobs.py)
+    installed = webhook_objects(docs)
     account = pod["serviceAccountName"]
     accounts = [d["metadata"]["name"] for d in by_kind(installed, "ServiceAccount")]
     assert accounts == ([account] if values["serviceAccount"]["create"] else [])
@@ -421,7 +423,8 @@ def test_the_deployment_is_hardened_and_highly_available(rendered):
     roles = by_kind(installed, "ClusterRole")
     if values["rbac"]["create"]:
         read = roles[0]["rules"][0]
-        assert read == {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["get", "list", "watch"]}
+        # list and watch feed the caches; tests/rbac.rs proves no get is ever sent.
+        assert read == {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}
     else:
         assert not roles and not by_kind(docs, "Role") and not by_kind(docs, "ClusterRole")
 
@@ -429,7 +432,7 @@ def test_the_deployment_is_hardened_and_highly_available(rendered):
 def test_tls_mode_wiring(rendered):
     case, values, docs, name, namespace = rendered
     tls = values["tls"]
-    installed = [d for d in docs if not is_test_hook(d)]  # the TLS RBAC, not `helm test`'s
+    installed = webhook_objects(docs)  # the TLS RBAC, not `helm test`'s or the jobs'
     deployment = one(docs, "Deployment")
     container = one_container(deployment)
     args = container["args"]
@@ -457,7 +460,9 @@ def test_tls_mode_wiring(rendered):
         assert self_flags == [
             "--tls-self-manage",
             f"--tls-secret={secret_name}",
-            f"--webhook-configurations={mutating['metadata']['name']},{validating['metadata']['name']}",
+            # Each by its kind: the RBAC grants each name on its own kind only.
+            f"--webhook-configurations=mutatingwebhookconfigurations/{mutating['metadata']['name']},"
+            f"validatingwebhookconfigurations/{validating['metadata']['name']}",
             f"--tls-service={service}",
         ]
         assert f"--tls-validity-days={tls['self']['validityDays']}" in args
@@ -470,10 +475,11 @@ def test_tls_mode_wiring(rendered):
             role = one(installed, "Role")
             assert role["metadata"]["namespace"] == namespace
             scoped = [r for r in role["rules"] if "resourceNames" in r]
-            assert scoped == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name], "verbs": ["get", "update", "patch"]}]
+            # Renewal replaces the Secret (update); tests/rbac.rs proves no patch is ever sent.
+            assert scoped == [{"apiGroups": [""], "resources": ["secrets"], "resourceNames": [secret_name], "verbs": ["get", "update"]}]
             unscoped = [r for r in role["rules"] if "resourceNames" not in r]
             assert unscoped == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}], "create cannot be scoped by name"
-            cluster_rules = one(docs, "ClusterRole")["rules"]
+            cluster_rules = one(installed, "ClusterRole")["rules"]
             webhook_rules = [r for r in cluster_rules if r["apiGroups"] == ["admissionregistration.k8s.io"]]
             assert {(r["resources"][0], tuple(r["resourceNames"]), tuple(r["verbs"])) for r in webhook_rules} == {
                 ("mutatingwebhookconfigurations", (mutating["metadata"]["name"],), ("get", "patch")),
@@ -484,7 +490,7 @@ def test_tls_mode_wiring(rendered):
         assert not self_flags
         assert not by_kind(installed, "Role")
         if values["rbac"]["create"]:
-            cluster_rules = one(docs, "ClusterRole")["rules"]
+            cluster_rules = one(installed, "ClusterRole")["rules"]
             assert all(r["apiGroups"] == [""] for r in cluster_rules), "no webhook configuration access without self mode"
 
     if tls["mode"] == "certManager":
@@ -563,10 +569,17 @@ def test_every_object_is_labelled_and_namespaced_in_the_release(rendered):
         elif is_test_hook(doc) and doc["kind"] in ("Role", "RoleBinding"):
             # `helm test` with tls.clientCA may create Pods (dry run) in tests.namespace only.
             assert doc["metadata"]["namespace"] == values["tests"]["namespace"], doc["__template"]
+        elif doc["kind"] in ("Role", "RoleBinding") and component(doc) in JOB_KEYS:
+            # A job limited to one namespace is granted there only.
+            assert doc["metadata"]["namespace"] == values[JOB_KEYS[component(doc)]]["namespace"], doc["__template"]
         else:
             assert doc["metadata"]["namespace"] == namespace, doc["__template"]
     names = [(d["kind"], d["metadata"]["name"]) for d in docs]
     assert len(names) == len(set(names)), "duplicate objects"
+
+
+# The values key of each job component.
+JOB_KEYS = {"reports": "reports", "storm-cleanup": "stormCleanup"}
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
-//! A local HTTPS stand-in for the kube-apiserver: GET, list (with `limit`/`continue`) and
-//! watch (newline-delimited events, chunked, kept open) of a few core and apps/batch
-//! resources, and server-side apply (PATCH `application/apply-patch+yaml`) of resources
-//! registered with [`ApiStub::serve_resource`], in the JSON shapes the real server sends;
-//! also create (POST), replace (PUT, with resourceVersion conflicts) and JSON Patch of one
-//! object.
+//! A local HTTPS stand-in for the kube-apiserver: GET, list (with `limit`/`continue`, label
+//! and field selectors) and watch (newline-delimited events, chunked, kept open) of a few core
+//! and apps/batch resources, and server-side apply (PATCH `application/apply-patch+yaml`) of
+//! resources registered with [`ApiStub::serve_resource`], in the JSON shapes the real server
+//! sends; also create (POST), replace (PUT, with resourceVersion conflicts), JSON Patch and
+//! delete (with UID and resourceVersion preconditions) of one object.
+//! Every request is recorded as the API server's authorizer sees it ([`Call`]: verb,
+//! group, resource, subresource, namespace, name) with the time it arrived, for the RBAC and
+//! rate-limit tests.
 //! For tests only.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -61,6 +64,7 @@ struct StubState {
     collections: HashMap<String, Collection>,
     events: Vec<Logged>,
     requests: Vec<String>,
+    calls: Vec<Call>,
     /// While true every request gets a 500 `InternalError` Status.
     failing: bool,
 }
@@ -112,7 +116,132 @@ const KNOWN: &[(&str, &str, &str, bool)] = &[
     ("daemonsets", "apps/v1", "DaemonSet", true),
     ("jobs", "batch/v1", "Job", true),
     ("cronjobs", "batch/v1", "CronJob", true),
+    ("events", "v1", "Event", true),
 ];
+
+/// One request as the API server's authorizer sees it (`RequestInfoFactory.NewRequestInfo` in
+/// `k8s.io/apiserver/pkg/endpoints/request/requestinfo.go`), with when it arrived and how it
+/// was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// When the request arrived.
+    pub at: std::time::Instant,
+    /// HTTP method and path with query, for messages.
+    pub method: String,
+    pub path: String,
+    /// Whether the path names an API resource (`/api/...`, `/apis/...` below a group
+    /// version); `/version` and discovery are not.
+    pub resource_request: bool,
+    /// get, list, watch, create, update, patch, delete, deletecollection (for resource
+    /// requests); the lower-cased HTTP method otherwise.
+    pub verb: String,
+    /// `""` for the core group.
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    /// `""` for cluster-scoped requests and for lists across all namespaces.
+    pub namespace: String,
+    pub name: String,
+    /// The answer's HTTP status.
+    pub status: u16,
+    /// Further authorization checks the request needed: a server-side apply that created
+    /// its object was also authorized as `create` (`PatchResource` in
+    /// `k8s.io/apiserver/pkg/endpoints/handlers/patch.go`, `createAuthorizerAttributes`).
+    pub also: Vec<String>,
+}
+
+impl Call {
+    /// The verbs this call was authorized for: its verb, then [`Call::also`].
+    pub fn verbs(&self) -> Vec<&str> {
+        std::iter::once(self.verb.as_str())
+            .chain(self.also.iter().map(String::as_str))
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Call {
+    /// `delete pods "p" in namespace ns (DELETE /api/v1/...)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.resource_request {
+            return write!(f, "{} nonResourceURL {}", self.verb, self.path);
+        }
+        let mut resource = self.resource.clone();
+        if !self.group.is_empty() {
+            resource = format!("{resource}.{}", self.group);
+        }
+        if !self.subresource.is_empty() {
+            resource = format!("{resource}/{}", self.subresource);
+        }
+        write!(f, "{} {resource}", self.verbs().join("+"))?;
+        if !self.name.is_empty() {
+            write!(f, " {:?}", self.name)?;
+        }
+        if self.namespace.is_empty() {
+            write!(f, " cluster-wide")?;
+        } else {
+            write!(f, " in namespace {}", self.namespace)?;
+        }
+        write!(f, " ({} {} → {})", self.method, self.path, self.status)
+    }
+}
+
+/// What the authorizer is told about a request (see [`Call`]).
+fn request_info(method: &Method, path: &str, query: &HashMap<String, String>) -> Call {
+    let mut call = Call {
+        at: std::time::Instant::now(),
+        method: method.as_str().to_string(),
+        path: path.to_string(),
+        resource_request: false,
+        verb: method.as_str().to_lowercase(),
+        group: String::new(),
+        version: String::new(),
+        resource: String::new(),
+        subresource: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        status: 0,
+        also: Vec::new(),
+    };
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, mut parts) = match segments.as_slice() {
+        ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest.to_vec()),
+        ["apis", group, version, rest @ ..] if !rest.is_empty() => {
+            (*group, *version, rest.to_vec())
+        }
+        _ => return call,
+    };
+    call.resource_request = true;
+    call.group = group.to_string();
+    call.version = version.to_string();
+    if parts[0] == "namespaces" && parts.len() > 1 {
+        call.namespace = parts[1].to_string();
+        if parts.len() > 2 {
+            parts = parts[2..].to_vec();
+        }
+    }
+    call.resource = parts[0].to_string();
+    if let Some(name) = parts.get(1) {
+        call.name = name.to_string();
+    }
+    if let Some(subresource) = parts.get(2) {
+        call.subresource = subresource.to_string();
+    }
+    let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    call.verb = match *method {
+        Method::GET | Method::HEAD if watching => "watch",
+        Method::GET | Method::HEAD if call.name.is_empty() => "list",
+        Method::GET | Method::HEAD => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if call.name.is_empty() => "deletecollection",
+        Method::DELETE => "delete",
+        _ => "",
+    }
+    .to_string();
+    call
+}
 
 impl ApiStub {
     /// Starts a stub serving `nodes` and `limit_ranges` (full objects, as `kubectl get -o json`
@@ -125,6 +254,7 @@ impl ApiStub {
                 collections: HashMap::new(),
                 events: Vec::new(),
                 requests: Vec::new(),
+                calls: Vec::new(),
                 failing: false,
             }),
             changed,
@@ -296,6 +426,20 @@ impl ApiStub {
     /// Every request seen so far, as path plus query (`/api/v1/nodes?limit=500`).
     pub fn requests(&self) -> Vec<String> {
         self.shared.lock().requests.clone()
+    }
+
+    /// Every request answered so far as the authorizer sees it, in the order they arrived.
+    pub fn calls(&self) -> Vec<Call> {
+        let mut calls = self.shared.lock().calls.clone();
+        calls.sort_by_key(|c| c.at);
+        calls
+    }
+
+    /// Forgets the requests seen so far (the set-up's, say).
+    pub fn clear_calls(&self) {
+        let mut state = self.shared.lock();
+        state.calls.clear();
+        state.requests.clear();
     }
 
     /// While `failing`, every request (list, watch, get) answers 500 with an `InternalError`
@@ -571,6 +715,37 @@ async fn handle(
         .path_and_query()
         .map(|pq| pq.as_str().to_string())
         .unwrap_or_else(|| uri.path().to_string());
+    let mut call = request_info(&method, uri.path(), &query);
+    call.path = path_and_query.clone();
+    let response = answer(
+        &shared,
+        &method,
+        &uri,
+        &headers,
+        &query,
+        &body,
+        path_and_query,
+    )
+    .await;
+    call.status = response.status().as_u16();
+    if call.verb == "patch" && call.status == StatusCode::CREATED.as_u16() {
+        call.also.push("create".to_string());
+    }
+    shared.lock().calls.push(call);
+    response
+}
+
+async fn answer(
+    shared: &Arc<Shared>,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    body: &[u8],
+    path_and_query: String,
+) -> Response {
+    let shared = shared.clone();
+    let (method, headers) = (method.clone(), headers.clone());
     let failing = {
         let mut state = shared.lock();
         state.requests.push(path_and_query);
@@ -605,10 +780,13 @@ async fn handle(
         || method == Method::PUT
         || (method == Method::PATCH && content_type == "application/json-patch+json")
     {
-        return write_response(&shared, &method, uri.path(), &body);
+        return write_response(&shared, &method, uri.path(), body);
     }
     if method == Method::PATCH {
-        return apply_response(&shared, uri.path(), &headers, &query, &body);
+        return apply_response(&shared, uri.path(), &headers, query, body);
+    }
+    if method == Method::DELETE {
+        return delete_response(&shared, uri.path(), body);
     }
     if method != Method::GET {
         return status(
@@ -639,9 +817,9 @@ async fn handle(
             }
             let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
             if watching {
-                watch_response(shared, resource, namespace, &query)
+                watch_response(shared, resource, namespace, query)
             } else {
-                list_response(&shared, &resource, namespace.as_deref(), &query)
+                list_response(&shared, &resource, namespace.as_deref(), query)
             }
         }
         Target::Object {
@@ -794,6 +972,13 @@ fn write_response(shared: &Shared, method: &Method, path: &str, body: &[u8]) -> 
     };
     let mut state = shared.lock();
     let rv = state.resource_version + 1;
+    // Built-in kinds (Events, say) are always served, as on a real API server.
+    if KNOWN
+        .iter()
+        .any(|k| k.0 == resource && k.1 == group_version)
+    {
+        state.collection(&resource, None);
+    }
     let Some(c) = state.collections.get_mut(&resource) else {
         return not_found();
     };
@@ -870,6 +1055,189 @@ fn write_response(shared: &Shared, method: &Method, path: &str, body: &[u8]) -> 
         .into_response()
 }
 
+/// DELETE of one object, with the preconditions of its `DeleteOptions` body: a UID or
+/// resourceVersion that differs from the stored object's is a 409 Conflict, as the API
+/// server answers (`Precondition failed: UID in precondition: …`). Answers 200 with the
+/// deleted object; watches see it DELETED.
+fn delete_response(shared: &Shared, path: &str, body: &[u8]) -> Response {
+    let Some((
+        group_version,
+        Target::Object {
+            resource,
+            namespace,
+            name,
+        },
+    )) = parse_path(path)
+    else {
+        return status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "the stub deletes one object at a time",
+            json!({}),
+        );
+    };
+    let options: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(body) {
+            Ok(options) => options,
+            Err(_) => return bad_request("the body is not a JSON DeleteOptions"),
+        }
+    };
+    let mut state = shared.lock();
+    let Some(c) = state.collections.get_mut(&resource) else {
+        return not_found();
+    };
+    if c.group_version != group_version || c.namespaced != namespace.is_some() {
+        return not_found();
+    }
+    let key = match &namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.clone(),
+    };
+    let details = json!({ "name": name, "kind": resource });
+    let Some(stored) = c.objects.get(&key) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{resource} \"{name}\" not found"),
+            details,
+        );
+    };
+    for (field, pointer) in [
+        ("UID", "/metadata/uid"),
+        ("ResourceVersion", "/metadata/resourceVersion"),
+    ] {
+        let precondition = options
+            .pointer(&format!(
+                "/preconditions/{}",
+                if field == "UID" {
+                    "uid"
+                } else {
+                    "resourceVersion"
+                }
+            ))
+            .and_then(Value::as_str);
+        let actual = stored
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if let Some(wanted) = precondition
+            && wanted != actual
+        {
+            return status(
+                StatusCode::CONFLICT,
+                "Conflict",
+                &format!(
+                    "Operation cannot be fulfilled on {resource} \"{name}\": Precondition failed: {field} in precondition: {wanted}, {field} in object meta: {actual}"
+                ),
+                details,
+            );
+        }
+    }
+    let object = with_type_meta(c.objects.remove(&key).unwrap_or_default(), c);
+    state.resource_version += 1;
+    let rv = state.resource_version;
+    state.events.push(Logged {
+        resource: resource.clone(),
+        namespace: namespace.clone(),
+        resource_version: rv,
+        event_type: "DELETED".to_string(),
+        object: object.clone(),
+    });
+    drop(state);
+    shared.changed.send_replace(rv);
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        object.to_string(),
+    )
+        .into_response()
+}
+
+/// A `labelSelector` as the API server reads it: `k=v`, `k==v`, `k!=v`, `k`, `!k`, joined
+/// by commas (set-based `in`/`notin` are not needed by podmend and refused).
+fn label_selector(selector: &str) -> Result<Vec<(String, &'static str, String)>, String> {
+    let mut out = Vec::new();
+    for term in selector.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        if term.contains(" in ") || term.contains(" notin ") || term.contains('(') {
+            return Err(format!(
+                "the stub does not read set-based selectors: {term}"
+            ));
+        }
+        let parsed = if let Some((k, v)) = term.split_once("!=") {
+            (k.to_string(), "!=", v.to_string())
+        } else if let Some((k, v)) = term.split_once("==") {
+            (k.to_string(), "=", v.to_string())
+        } else if let Some((k, v)) = term.split_once('=') {
+            (k.to_string(), "=", v.to_string())
+        } else if let Some(k) = term.strip_prefix('!') {
+            (k.to_string(), "!", String::new())
+        } else {
+            (term.to_string(), "exists", String::new())
+        };
+        out.push(parsed);
+    }
+    Ok(out)
+}
+
+fn labels_match(object: &Value, terms: &[(String, &'static str, String)]) -> bool {
+    let label = |key: &str| {
+        object
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(key))
+            .and_then(Value::as_str)
+    };
+    terms.iter().all(|(key, op, value)| match *op {
+        "=" => label(key) == Some(value.as_str()),
+        "!=" => label(key) != Some(value.as_str()),
+        "!" => label(key).is_none(),
+        _ => label(key).is_some(),
+    })
+}
+
+/// A `fieldSelector` on the fields the API server lets a resource be selected by
+/// (`metadata.name`, `metadata.namespace`, and for pods `status.phase` and `spec.nodeName`):
+/// `field=value`, `field==value`, `field!=value`, joined by commas. Another field is the API
+/// server's 400 `field label not supported`.
+fn field_selector(
+    resource: &str,
+    selector: &str,
+) -> Result<Vec<(&'static str, bool, String)>, String> {
+    let mut out = Vec::new();
+    for term in selector.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let (field, equal, value) = if let Some((f, v)) = term.split_once("!=") {
+            (f, false, v)
+        } else if let Some((f, v)) = term.split_once("==") {
+            (f, true, v)
+        } else if let Some((f, v)) = term.split_once('=') {
+            (f, true, v)
+        } else {
+            return Err(format!(
+                "invalid selector: '{term}'; can't understand '{term}'"
+            ));
+        };
+        let pointer = match (resource, field) {
+            (_, "metadata.name") => "/metadata/name",
+            (_, "metadata.namespace") => "/metadata/namespace",
+            ("pods", "status.phase") => "/status/phase",
+            ("pods", "spec.nodeName") => "/spec/nodeName",
+            _ => return Err(format!("field label not supported: {field}")),
+        };
+        out.push((pointer, equal, value.to_string()));
+    }
+    Ok(out)
+}
+
+fn fields_match(object: &Value, terms: &[(&'static str, bool, String)]) -> bool {
+    terms.iter().all(|(pointer, equal, value)| {
+        let actual = object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        (actual == value) == *equal
+    })
+}
+
 fn bad_request(message: &str) -> Response {
     status(StatusCode::BAD_REQUEST, "BadRequest", message, json!({}))
 }
@@ -903,6 +1271,17 @@ fn list_response(
         Some(Ok(n)) => Some(n),
         Some(Err(_)) => return bad_request("limit must be a non-negative integer"),
     };
+    let labels = match label_selector(query.get("labelSelector").map_or("", String::as_str)) {
+        Ok(terms) => terms,
+        Err(message) => return bad_request(&message),
+    };
+    let fields = match field_selector(
+        resource,
+        query.get("fieldSelector").map_or("", String::as_str),
+    ) {
+        Ok(terms) => terms,
+        Err(message) => return bad_request(&message),
+    };
     let state = shared.lock();
     let Some(c) = state.collections.get(resource) else {
         return not_found();
@@ -918,11 +1297,6 @@ fn list_response(
             }
         },
     };
-    let selector = match query.get("fieldSelector").map(|s| parse_field_selector(s)) {
-        None => Vec::new(),
-        Some(Ok(selector)) => selector,
-        Some(Err(message)) => return bad_request(&message),
-    };
     let matching: Vec<(&String, &Value)> = c
         .objects
         .range(start..)
@@ -930,12 +1304,7 @@ fn list_response(
             namespace.is_none()
                 || o.pointer("/metadata/namespace").and_then(Value::as_str) == namespace
         })
-        .filter(|(_, o)| {
-            selector.iter().all(|(pointer, value, equal)| {
-                let field = o.pointer(pointer).and_then(Value::as_str).unwrap_or("");
-                (field == value) == *equal
-            })
-        })
+        .filter(|(_, o)| labels_match(o, &labels) && fields_match(o, &fields))
         .collect();
     let take = limit.unwrap_or(matching.len()).min(matching.len());
     let items: Vec<Value> = matching[..take]
@@ -959,31 +1328,6 @@ fn list_response(
         body.to_string(),
     )
         .into_response()
-}
-
-/// A field selector (`spec.nodeName=n1,status.phase!=Failed`) as (JSON pointer, value,
-/// whether equal), as the API server reads `=`, `==` and `!=` terms.
-fn parse_field_selector(selector: &str) -> Result<Vec<(String, String, bool)>, String> {
-    selector
-        .split(',')
-        .filter(|term| !term.is_empty())
-        .map(|term| {
-            let (field, value, equal) = if let Some((f, v)) = term.split_once("!=") {
-                (f, v, false)
-            } else if let Some((f, v)) = term.split_once("==") {
-                (f, v, true)
-            } else if let Some((f, v)) = term.split_once('=') {
-                (f, v, true)
-            } else {
-                return Err(format!("invalid field selector term {term:?}"));
-            };
-            Ok((
-                format!("/{}", field.replace('.', "/")),
-                value.to_string(),
-                equal,
-            ))
-        })
-        .collect()
 }
 
 /// One open watch: what it filters on and what it still has to send.

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod api_stub;
+pub mod chart;
+pub mod crd_schema;
 pub mod dind;
 pub mod dockerd;
 pub mod guard;
@@ -10,4 +12,5 @@ pub mod pod_gen;
 pub mod python;
 pub mod schema;
 pub mod server;
+pub mod storm;
 pub mod yaml_readers;

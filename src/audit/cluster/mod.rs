@@ -1,0 +1,212 @@
+//! `audit --cluster`: the same engine over the workloads of a live cluster, listed page by
+//! page ([`lister`]), plus what only a cluster shows ([`symptoms`]). The connection and its
+//! errors are in [`client`]; the findings as PolicyReports or OpenReports are
+//! [`crate::audit::reports`]'s.
+
+pub mod client;
+pub(crate) mod lister;
+pub mod symptoms;
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{LimitRange, Node, Pod, PodTemplate, ReplicationController};
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject};
+use serde_json::{Map, Value, json};
+
+pub use client::{ClusterAuditError, client_for};
+use lister::Lister;
+use symptoms::{OwnerInfo, OwnerKey, PodSymptoms, owner_info};
+
+use super::{Report, Source};
+use crate::cluster::StaticCluster;
+use crate::engine::Engine;
+
+/// What the audit needs when a list is forbidden.
+const AUDIT_NEEDS: &str = "the audit needs list on nodes, limitranges, pods, podtemplates, replicationcontrollers, deployments, replicasets, statefulsets, daemonsets, jobs and cronjobs (the chart's reports CronJob has exactly these), or use -n NAMESPACE";
+
+/// What to audit and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterAuditOptions {
+    /// Only this namespace; `None` for all namespaces.
+    pub namespace: Option<String>,
+    /// Objects per list request (`limit`); 0 counts as 1.
+    pub page_size: u32,
+    /// Write `\rlisting pods… N` to stderr while listing (the caller ends the line).
+    pub progress: bool,
+}
+
+impl Default for ClusterAuditOptions {
+    fn default() -> Self {
+        Self {
+            namespace: None,
+            page_size: 500,
+            progress: false,
+        }
+    }
+}
+
+/// The workload kinds with pod templates, listed before pods so that failed pods can name
+/// what their owner's template pins.
+const TEMPLATE_KINDS: &[fn() -> ApiResource] = &[
+    || ApiResource::erase::<PodTemplate>(&()),
+    || ApiResource::erase::<ReplicationController>(&()),
+    || ApiResource::erase::<Deployment>(&()),
+    || ApiResource::erase::<ReplicaSet>(&()),
+    || ApiResource::erase::<StatefulSet>(&()),
+    || ApiResource::erase::<DaemonSet>(&()),
+    || ApiResource::erase::<Job>(&()),
+    || ApiResource::erase::<CronJob>(&()),
+];
+
+/// Audits the cluster behind `client`: Nodes and LimitRanges answer the rules' look-ups, then
+/// every workload and pod (in `options.namespace`, or everywhere) goes through `engine` into
+/// `report`, followed by the symptoms.
+///
+/// Pods are reviewed without `spec.nodeName` (the scheduler sets it on every scheduled pod;
+/// a pinned one shows on the pod's template), and pods in a terminal phase are not reviewed,
+/// only counted for symptoms.
+pub async fn audit_cluster(
+    client: Client,
+    engine: &Engine,
+    options: &ClusterAuditOptions,
+    report: &mut Report,
+) -> Result<(), ClusterAuditError> {
+    let lister = Lister {
+        page_size: options.page_size.max(1),
+        namespace: options.namespace.as_deref(),
+        progress: options.progress,
+        needs: AUDIT_NEEDS,
+    };
+
+    let mut cluster = StaticCluster::empty();
+    lister
+        .list(Api::<Node>::all(client.clone()), "nodes", |node: Node| {
+            let name = node.metadata.name.unwrap_or_default();
+            let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
+            cluster.nodes.insert(name, taints);
+        })
+        .await?;
+    let limit_ranges = match lister.namespace {
+        Some(ns) => Api::<LimitRange>::namespaced(client.clone(), ns),
+        None => Api::<LimitRange>::all(client.clone()),
+    };
+    lister
+        .list(limit_ranges, "limitranges", |lr: LimitRange| {
+            let namespace = lr.metadata.namespace.unwrap_or_default();
+            let items = lr.spec.map(|s| s.limits).unwrap_or_default();
+            cluster
+                .limit_ranges
+                .entry(namespace)
+                .or_default()
+                .extend(items);
+        })
+        .await?;
+
+    let mut owners: HashMap<OwnerKey, OwnerInfo> = HashMap::new();
+    for resource in TEMPLATE_KINDS.iter().map(|make| make()) {
+        let api = lister.dynamic_api(&client, &resource);
+        let plural = resource.plural.clone();
+        lister
+            .list(api, &plural, |object: DynamicObject| {
+                let object = to_json(object, &resource);
+                let (key, info) = owner_info(&object, &resource);
+                owners.insert(key, info);
+                report.add_object(engine, &cluster, &object, cluster_source());
+            })
+            .await?;
+    }
+
+    let pods = ApiResource::erase::<Pod>(&());
+    let api = lister.dynamic_api(&client, &pods);
+    let mut symptoms = PodSymptoms::default();
+    lister
+        .list(api, "pods", |object: DynamicObject| {
+            let mut pod = to_json(object, &pods);
+            let phase = pod
+                .pointer("/status/phase")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            match phase {
+                "Failed" => symptoms.failed(&pod),
+                "Succeeded" => {}
+                _ => {
+                    symptoms.pending_with_running_containers(&pod);
+                    symptoms.host_docker_socket(&pod);
+                    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+                        spec.remove("nodeName");
+                    }
+                    report.add_object(engine, &cluster, &pod, cluster_source());
+                }
+            }
+        })
+        .await?;
+
+    for symptom in symptoms.into_symptoms(&owners) {
+        report.add_symptom(symptom);
+    }
+    Ok(())
+}
+
+fn cluster_source() -> Source {
+    Source {
+        file: "cluster".to_string(),
+        document: 0,
+        line: 0,
+        helm_source: None,
+        list_item: None,
+    }
+}
+
+/// A listed object as the JSON the API server would show for it alone: list items come
+/// without `apiVersion` and `kind`. `managedFields` are dropped (rules never read them).
+pub(crate) fn to_json(mut object: DynamicObject, resource: &ApiResource) -> Value {
+    object.metadata.managed_fields = None;
+    let mut map = Map::new();
+    map.insert("apiVersion".into(), resource.api_version.clone().into());
+    map.insert("kind".into(), resource.kind.clone().into());
+    map.insert(
+        "metadata".into(),
+        serde_json::to_value(&object.metadata).unwrap_or_else(|_| json!({})),
+    );
+    if let Value::Object(data) = object.data {
+        for (key, value) in data {
+            if !matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
+                map.insert(key, value);
+            }
+        }
+    }
+    Value::Object(map)
+}
+
+pub(crate) fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// `1204` → `1,204`.
+pub(crate) fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separators_go_every_three_digits() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+}

@@ -1,0 +1,270 @@
+//! What a `clean-storms` run did, as Prometheus metrics. A batch job cannot be scraped (it
+//! is gone before the next scrape), so the run hands them over when it ends: pushed to a
+//! Pushgateway (`--pushgateway URL`: `PUT /metrics/job/podmend-clean-storms`, replacing the
+//! previous run's group, as Prometheus' docs advise for service-level batch jobs) and/or
+//! written as Prometheus text to a file (`--metrics-file`, written to a temporary file and
+//! renamed, as node_exporter's textfile collector needs). All are gauges of the last run.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper::Request;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+
+use super::Outcome;
+
+/// The Pushgateway `job` label of every push.
+pub const PUSHGATEWAY_JOB: &str = "podmend-clean-storms";
+/// How long a push may take, connection included.
+const PUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the metrics could not be handed over.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error(
+        "--pushgateway {url:?} is not an http://HOST[:PORT] URL ({detail}); give the Pushgateway's Service URL, e.g. http://pushgateway.monitoring:9091, or use --metrics-file"
+    )]
+    BadUrl { url: String, detail: String },
+    #[error(
+        "cannot push metrics to the Pushgateway at {url}: {detail}; check that it runs and that --pushgateway names it (e.g. http://pushgateway.monitoring:9091)"
+    )]
+    Push { url: String, detail: String },
+    #[error(
+        "the Pushgateway at {url} refused the metrics ({status}): {body}; check --pushgateway and the Pushgateway's logs"
+    )]
+    Refused {
+        url: String,
+        status: u16,
+        body: String,
+    },
+    #[error("cannot write --metrics-file {}: {source}; check the directory exists and is writable", .path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// One gauge line's label value, escaped as the text format wants.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The run as Prometheus text (exposition format 0.0.4).
+pub fn render(outcome: &Outcome) -> String {
+    let mut out = String::new();
+    let mut gauge = |name: &str, help: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    let plain = |value: f64| vec![(String::new(), value)];
+    gauge(
+        "podmend_clean_storms_storms",
+        "Owners whose Failed pods of one kubelet rejection reason numbered at least --threshold, in the last run.",
+        &plain(outcome.storms as f64),
+    );
+    let mut pods = Vec::new();
+    for (reason, counts) in &outcome.by_reason {
+        for (action, value) in [
+            ("selected", counts.selected),
+            ("deleted", counts.deleted),
+            ("kept", counts.kept),
+        ] {
+            pods.push((
+                format!("{{action=\"{action}\",reason=\"{}\"}}", escape(reason)),
+                value as f64,
+            ));
+        }
+    }
+    gauge(
+        "podmend_clean_storms_pods",
+        "Failed storm pods of the last run, by action (selected for deletion, deleted, kept as the newest) and reason.",
+        &pods,
+    );
+    gauge(
+        "podmend_clean_storms_skipped_pods",
+        "Selected pods the last run did not delete, by cause (gone: deleted meanwhile; recreated: same name, another UID; failed: the API server refused).",
+        &[
+            ("{cause=\"gone\"}".to_string(), outcome.gone as f64),
+            (
+                "{cause=\"recreated\"}".to_string(),
+                outcome.recreated as f64,
+            ),
+            ("{cause=\"failed\"}".to_string(), outcome.failed as f64),
+        ],
+    );
+    gauge(
+        "podmend_clean_storms_events",
+        "Events posted on the storms' owners in the last run, by result.",
+        &[
+            (
+                "{result=\"posted\"}".to_string(),
+                outcome.events_posted as f64,
+            ),
+            (
+                "{result=\"failed\"}".to_string(),
+                outcome.events_failed as f64,
+            ),
+        ],
+    );
+    gauge(
+        "podmend_clean_storms_api_requests",
+        "Requests the last run sent to the API server (list pages, deletes, events).",
+        &plain(outcome.api_requests as f64),
+    );
+    gauge(
+        "podmend_clean_storms_dry_run",
+        "1 when the last run was a dry run (nothing deleted).",
+        &plain(if outcome.dry_run { 1.0 } else { 0.0 }),
+    );
+    gauge(
+        "podmend_clean_storms_success",
+        "1 when the last run deleted every selected pod it could and posted every event; 0 otherwise.",
+        &plain(if outcome.succeeded() { 1.0 } else { 0.0 }),
+    );
+    gauge(
+        "podmend_clean_storms_duration_seconds",
+        "How long the last run took.",
+        &plain(outcome.duration.as_secs_f64()),
+    );
+    gauge(
+        "podmend_clean_storms_last_run_timestamp_seconds",
+        "When the last run ended, in Unix seconds.",
+        &plain(outcome.finished_unix as f64),
+    );
+    out
+}
+
+/// Writes `text` to `path` atomically (a temporary file beside it, then a rename).
+pub fn write_file(path: &Path, text: &str) -> Result<(), MetricsError> {
+    let error = |source| MetricsError::File {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "metrics.prom".to_string());
+    let temporary = path.with_file_name(format!(".{file_name}.tmp"));
+    std::fs::write(&temporary, text).map_err(error)?;
+    std::fs::rename(&temporary, path).map_err(error)
+}
+
+/// The push URL for `base`: `http://host:port[/prefix]/metrics/job/<job>[/namespace/<ns>]`.
+pub fn push_path(base: &str, namespace: Option<&str>) -> Result<(String, String), MetricsError> {
+    let bad = |detail: &str| MetricsError::BadUrl {
+        url: base.to_string(),
+        detail: detail.to_string(),
+    };
+    let rest = base.strip_prefix("http://").ok_or_else(|| {
+        bad("only http:// is supported: in-cluster Pushgateways serve plain HTTP")
+    })?;
+    let (authority, prefix) = match rest.split_once('/') {
+        Some((authority, prefix)) => (authority, prefix.trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if authority.is_empty() || authority.contains(['?', '#', '@']) {
+        return Err(bad("no host"));
+    }
+    let mut path = String::new();
+    if !prefix.is_empty() {
+        path.push('/');
+        path.push_str(prefix);
+    }
+    path.push_str("/metrics/job/");
+    path.push_str(PUSHGATEWAY_JOB);
+    if let Some(ns) = namespace {
+        path.push_str("/namespace/");
+        path.push_str(ns);
+    }
+    Ok((authority.to_string(), path))
+}
+
+/// PUTs `text` to the Pushgateway at `base` (replacing the group's previous metrics).
+pub async fn push(base: &str, namespace: Option<&str>, text: &str) -> Result<(), MetricsError> {
+    let (authority, path) = push_path(base, namespace)?;
+    let url = format!("http://{authority}{path}");
+    let failed = |detail: String| MetricsError::Push {
+        url: url.clone(),
+        detail,
+    };
+    let address = if authority.contains(':') {
+        authority.clone()
+    } else {
+        format!("{authority}:80")
+    };
+    let attempt = async {
+        let stream = tokio::net::TcpStream::connect(&address)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let (mut sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let driver = tokio::spawn(connection);
+        let request = Request::put(path.as_str())
+            .header("Host", authority.as_str())
+            .header("Content-Type", "text/plain; version=0.0.4")
+            .body(axum::body::Body::from(text.to_string()))
+            .map_err(|e| failed(e.to_string()))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let status = response.status();
+        let body = axum::body::to_bytes(axum::body::Body::new(response.into_body()), 64 * 1024)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .unwrap_or_default();
+        driver.abort();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(MetricsError::Refused {
+                url: url.clone(),
+                status: status.as_u16(),
+                body,
+            })
+        }
+    };
+    match tokio::time::timeout(PUSH_TIMEOUT, attempt).await {
+        Ok(result) => result,
+        Err(_) => Err(failed(format!("no answer within {PUSH_TIMEOUT:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn push_paths_name_the_job_and_the_namespace() {
+        assert_eq!(
+            push_path("http://pushgateway.monitoring:9091", None).unwrap(),
+            (
+                "pushgateway.monitoring:9091".to_string(),
+                "/metrics/job/podmend-clean-storms".to_string()
+            )
+        );
+        assert_eq!(
+            push_path("http://pg:9091/prefix/", Some("ci")).unwrap().1,
+            "/prefix/metrics/job/podmend-clean-storms/namespace/ci"
+        );
+        for bad in ["https://pg:9091", "pg:9091", "http://", "http://user@pg"] {
+            let error = push_path(bad, None).expect_err(bad).to_string();
+            assert!(error.contains("--pushgateway"), "{error}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

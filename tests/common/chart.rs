@@ -1,0 +1,73 @@
+//! `charts/podmend` rendered with Helm's own engine (helm-python-sdk, `chart_render.py`
+//! beside this file), for tests that run what the chart deploys.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::python::{INSTALL_HINT, venv_python};
+
+/// One rendered object and the template it came from.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Rendered {
+    pub template: String,
+    pub object: Value,
+}
+
+/// A whole render.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Render {
+    /// Template name → rendered text (comments kept).
+    pub templates: BTreeMap<String, String>,
+    pub objects: Vec<Rendered>,
+    /// The chart's defaults with the given values on top.
+    pub values: Value,
+}
+
+impl Render {
+    /// Every object but `helm test` hooks: what `helm install` creates.
+    pub fn installed(&self) -> Vec<&Value> {
+        self.objects
+            .iter()
+            .map(|r| &r.object)
+            .filter(|o| {
+                o.pointer("/metadata/annotations/helm.sh~1hook")
+                    .and_then(Value::as_str)
+                    != Some("test")
+            })
+            .collect()
+    }
+
+    /// The installed objects of `kind`.
+    pub fn of_kind(&self, kind: &str) -> Vec<&Value> {
+        self.installed()
+            .into_iter()
+            .filter(|o| o["kind"] == kind)
+            .collect()
+    }
+}
+
+/// Renders the chart with `values` as release `name` in `namespace`.
+pub fn render(values: &Value, name: &str, namespace: &str) -> Render {
+    let python = venv_python(&["helm_python", "yaml"]);
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let input = dir.path().join("values.json");
+    std::fs::write(&input, serde_json::to_vec(values).expect("values")).expect("write values");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/chart_render.py");
+    let output = Command::new(&python)
+        .arg(&script)
+        .arg(&input)
+        .args([name, namespace])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", python.display()));
+    assert!(
+        output.status.success(),
+        "rendering the chart failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("the render as JSON")
+}
