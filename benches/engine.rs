@@ -33,7 +33,7 @@ const STAGED_CASES: &[&str] = &["pod-create-untouched", "pod-create-nodename"];
 /// What the webhook's handler does between reading the body and answering it.
 fn mutate(engine: &Engine, cluster: &StaticCluster, body: &[u8]) -> Vec<u8> {
     let request = admission::decode(body).expect("the body decodes");
-    let outcome = engine.review(&request.subject(), cluster);
+    let outcome = engine.review_raw(&request.subject(), cluster);
     let decision = Decision::from_outcome(&outcome, Webhook::Mutate);
     admission::encode_response(&request.inner.uid, &decision)
 }
@@ -42,7 +42,7 @@ fn mutate(engine: &Engine, cluster: &StaticCluster, body: &[u8]) -> Vec<u8> {
 fn check(engine: &Engine, cluster: &StaticCluster, case: &Case) {
     let request = admission::decode(&case.body)
         .unwrap_or_else(|e| panic!("{}: body does not decode: {e}", case.name));
-    let outcome = engine.review(&request.subject(), cluster);
+    let outcome = engine.review_raw(&request.subject(), cluster);
     let decision = Decision::from_outcome(&outcome, Webhook::Mutate);
     let name = case.name;
     assert!(decision.allowed, "{name}: not allowed");
@@ -103,12 +103,12 @@ fn bench_reviews(c: &mut Criterion) {
     let mut stages = c.benchmark_group(STAGES_GROUP);
     for case in cases.iter().filter(|c| STAGED_CASES.contains(&c.name)) {
         let request = admission::decode(&case.body).expect("the body decodes");
-        let outcome = engine.review(&request.subject(), &cluster);
+        let outcome = engine.review_raw(&request.subject(), &cluster);
         stages.bench_function(BenchmarkId::new("decode", case.name), |b| {
             b.iter(|| admission::decode(black_box(&case.body)).expect("the body decodes"))
         });
         stages.bench_function(BenchmarkId::new("review", case.name), |b| {
-            b.iter(|| engine.review(&black_box(&request).subject(), &cluster))
+            b.iter(|| engine.review_raw(&black_box(&request).subject(), &cluster))
         });
         stages.bench_function(BenchmarkId::new("respond", case.name), |b| {
             b.iter(|| {

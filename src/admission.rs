@@ -5,12 +5,11 @@
 
 use base64::Engine as _;
 use json_patch::PatchOperation;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
 
 use crate::config::Mode;
-use crate::engine::{Operation, Outcome, Subject};
+use crate::engine::{Operation, Outcome, RawSubject};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -37,7 +36,16 @@ pub enum AdmissionError {
     MissingUid,
     #[error("operation {0:?} is not one of CREATE, UPDATE, DELETE, CONNECT")]
     UnknownOperation(String),
+    #[error(
+        "body nests JSON deeper than {MAX_DEPTH} levels; AdmissionReviews of the kinds podmend \
+         handles are never that deep"
+    )]
+    TooDeep,
 }
+
+/// serde_json's nesting limit: a value nested deeper does not parse. The objects are kept raw
+/// until a review needs them, so their depth is checked as the body is decoded.
+pub const MAX_DEPTH: usize = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 pub struct GroupVersionKind {
@@ -49,10 +57,11 @@ pub struct GroupVersionKind {
     pub kind: String,
 }
 
-/// The parts of `AdmissionRequest` podmend reads; everything else is ignored.
+/// The parts of `AdmissionRequest` podmend reads; everything else is ignored. The objects stay
+/// raw JSON, borrowed from the body, until a review needs them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AdmissionRequest {
+pub struct AdmissionRequest<'a> {
     #[serde(default)]
     pub uid: String,
     #[serde(default)]
@@ -65,73 +74,84 @@ pub struct AdmissionRequest {
     pub namespace: Option<String>,
     #[serde(default)]
     pub operation: String,
-    /// The object without `metadata.managedFields` (see [`pruned_object`]).
-    #[serde(default, deserialize_with = "pruned_object")]
-    pub object: Option<Value>,
-    /// The old object without `metadata.managedFields`.
-    #[serde(default, deserialize_with = "pruned_object")]
-    pub old_object: Option<Value>,
+    #[serde(default, borrow)]
+    pub object: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    pub old_object: Option<&'a RawValue>,
     #[serde(default)]
     pub dry_run: Option<bool>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn {
+struct ReviewIn<'a> {
     #[serde(default)]
     api_version: Option<String>,
     #[serde(default)]
     kind: Option<String>,
-    #[serde(default)]
-    request: Option<AdmissionRequest>,
+    #[serde(default, borrow)]
+    request: Option<AdmissionRequest<'a>>,
 }
 
 /// A decoded request, ready for the engine.
 #[derive(Debug, Clone)]
-pub struct Request {
-    pub inner: AdmissionRequest,
+pub struct Request<'a> {
+    pub inner: AdmissionRequest<'a>,
     pub operation: Operation,
 }
 
-impl Request {
+impl<'a> Request<'a> {
     /// The engine's view of the request.
-    pub fn subject(&self) -> Subject<'_> {
-        Subject {
+    pub fn subject(&self) -> RawSubject<'_> {
+        RawSubject {
             operation: self.operation,
             group: &self.inner.kind.group,
             kind: &self.inner.kind.kind,
             sub_resource: self.inner.sub_resource.as_deref().unwrap_or(""),
             namespace: self.inner.namespace.as_deref().unwrap_or(""),
-            object: self.inner.object.as_ref().filter(|o| !o.is_null()),
-            old_object: self.inner.old_object.as_ref().filter(|o| !o.is_null()),
+            object: self.inner.object,
+            old_object: self.inner.old_object,
         }
     }
 
     /// `metadata.name`, or `generateName` for objects the API server has not named yet.
-    pub fn object_name(&self) -> &str {
-        let from_object = |key: &str| {
-            self.inner
-                .object
-                .as_ref()
-                .or(self.inner.old_object.as_ref())
-                .and_then(|o| o.get("metadata")?.get(key)?.as_str())
-        };
-        self.inner
-            .name
-            .as_deref()
-            .filter(|n| !n.is_empty())
-            .or_else(|| from_object("name"))
-            .or_else(|| from_object("generateName"))
-            .unwrap_or("")
+    pub fn object_name(&self) -> String {
+        if let Some(name) = self.inner.name.as_deref().filter(|n| !n.is_empty()) {
+            return name.to_string();
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Names {
+            #[serde(default)]
+            name: Option<String>,
+            #[serde(default)]
+            generate_name: Option<String>,
+        }
+        #[derive(Deserialize)]
+        struct Object {
+            #[serde(default)]
+            metadata: Option<Names>,
+        }
+        let names = self
+            .inner
+            .object
+            .or(self.inner.old_object)
+            .and_then(|raw| serde_json::from_str::<Object>(raw.get()).ok()?.metadata);
+        names
+            .and_then(|n| n.name.filter(|n| !n.is_empty()).or(n.generate_name))
+            .unwrap_or_default()
     }
 }
 
-/// Decodes an AdmissionReview body in one pass: the envelope's fields podmend does not
-/// read are skipped without being built, and so is `managedFields` in the objects.
-pub fn decode(body: &[u8]) -> Result<Request, AdmissionError> {
-    let review: ReviewIn =
+/// Decodes an AdmissionReview body in one pass: the envelope's fields podmend does not read
+/// are skipped without being built, and the objects are kept raw (their depth checked).
+pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
+    let review: ReviewIn<'_> =
         serde_json::from_slice(body).map_err(|error| match error.classify() {
             serde_json::error::Category::Data => AdmissionError::NotAReview(error),
+            _ if error.to_string().starts_with("recursion limit exceeded") => {
+                AdmissionError::TooDeep
+            }
             _ => AdmissionError::NotJson(error),
         })?;
     match review.api_version.as_deref() {
@@ -151,102 +171,42 @@ pub fn decode(body: &[u8]) -> Result<Request, AdmissionError> {
     }
     let operation = Operation::parse(&inner.operation)
         .ok_or_else(|| AdmissionError::UnknownOperation(inner.operation.clone()))?;
+    // The objects sit two levels down (the review, its request): what serde_json would
+    // refuse to build is refused here, as it was when they were built while decoding.
+    for raw in [inner.object, inner.old_object].into_iter().flatten() {
+        if nesting(raw.get().as_bytes()) > MAX_DEPTH - 1 - 2 {
+            return Err(AdmissionError::TooDeep);
+        }
+    }
     Ok(Request { inner, operation })
 }
 
-/// `object` and `oldObject` as JSON trees without `metadata.managedFields`: the API
-/// server's record of field owners is often the largest part of an object, no rule reads
-/// it, and its many small maps cost most of a review's time to build (BENCHMARKS.md).
-fn pruned_object<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
-    struct OptionalObject;
-    impl<'de> Visitor<'de> for OptionalObject {
-        type Value = Option<Value>;
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("a Kubernetes object or null")
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            Pruned(Level::Object).deserialize(d).map(Some)
-        }
-    }
-    deserializer.deserialize_option(OptionalObject)
-}
-
-/// Where a value sits in an object being decoded: only the object's own `metadata` is pruned.
-#[derive(Clone, Copy)]
-enum Level {
-    Object,
-    Metadata,
-}
-
-/// Decodes a JSON value at `Level` into a [`Value`], leaving out what that level prunes.
-#[derive(Clone, Copy)]
-struct Pruned(Level);
-
-impl<'de> DeserializeSeed<'de> for Pruned {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Pruned {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        let mut map = Map::new();
-        while let Some(key) = access.next_key::<String>()? {
-            let value = match (self.0, key.as_str()) {
-                (Level::Metadata, "managedFields") => {
-                    access.next_value::<IgnoredAny>()?;
-                    continue;
+/// How deeply arrays and objects nest in `json` (valid JSON: strings are skipped whole).
+fn nesting(json: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut bytes = json.iter();
+    while let Some(&byte) = bytes.next() {
+        match byte {
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'"' => {
+                while let Some(&byte) = bytes.next() {
+                    match byte {
+                        b'\\' => {
+                            bytes.next();
+                        }
+                        b'"' => break,
+                        _ => {}
+                    }
                 }
-                (Level::Object, "metadata") => access.next_value_seed(Pruned(Level::Metadata))?,
-                _ => access.next_value::<Value>()?,
-            };
-            map.insert(key, value);
+            }
+            _ => {}
         }
-        Ok(Value::Object(map))
     }
-
-    // An object or metadata that is not a JSON object is kept as it is: the engine skips it.
-    fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = access.next_element::<Value>()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
+    deepest
 }
 
 /// Which webhook path answers: `/mutate` repairs and warns, `/validate` denies.
@@ -392,7 +352,7 @@ pub fn encode_response(uid: &str, decision: &Decision) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -414,40 +374,58 @@ mod tests {
     }
 
     #[test]
-    fn managed_fields_are_left_out_and_everything_else_is_kept() {
-        let object = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"manager": "kubectl"}],
-                "annotations": {"x": "1.5"}},
-            "spec": {"managedFields": "a field of that name elsewhere stays", "n": [1, -2, 2.5, null, true]},
-            "status": {}
-        });
+    fn objects_are_kept_raw_as_the_body_has_them() {
+        let object = json!({"metadata": {"name": "p", "managedFields": [{"manager": "kubectl"}]}});
         let body = review(
             json!({"uid": "u1", "operation": "UPDATE", "object": object, "oldObject": object}),
         );
         let request = decode(&body).expect("decodes");
-        let mut expected = object.clone();
-        expected["metadata"]
-            .as_object_mut()
-            .expect("map")
-            .remove("managedFields");
-        assert_eq!(request.inner.object, Some(expected.clone()));
-        assert_eq!(request.inner.old_object, Some(expected));
+        let raw =
+            |r: Option<&RawValue>| r.map(|r| serde_json::from_str::<Value>(r.get()).expect("json"));
+        assert_eq!(raw(request.inner.object), Some(object.clone()));
+        assert_eq!(raw(request.inner.old_object), Some(object));
     }
 
     #[test]
     fn objects_that_are_null_missing_or_not_maps_decode_as_they_are() {
-        let request = decode(&review(
-            json!({"uid": "u", "operation": "CREATE", "object": null}),
-        ))
-        .expect("decodes");
-        assert_eq!(request.inner.object, None);
-        let request = decode(&review(json!({"uid": "u", "operation": "DELETE"}))).expect("decodes");
-        assert_eq!(request.inner.object, None);
-        let request = decode(&review(json!({"uid": "u", "operation": "CREATE", "object": [1, "x"], "oldObject": {"metadata": 3}})))
-            .expect("decodes");
-        assert_eq!(request.inner.object, Some(json!([1, "x"])));
-        assert_eq!(request.inner.old_object, Some(json!({"metadata": 3})));
+        let body = review(json!({"uid": "u", "operation": "CREATE", "object": null}));
+        assert!(decode(&body).expect("decodes").inner.object.is_none());
+        let body = review(json!({"uid": "u", "operation": "DELETE"}));
+        assert!(decode(&body).expect("decodes").inner.object.is_none());
+        let body = review(
+            json!({"uid": "u", "operation": "CREATE", "object": [1, "x"],
+            "oldObject": {"metadata": 3}}),
+        );
+        let request = decode(&body).expect("decodes");
+        assert_eq!(request.inner.object.map(RawValue::get), Some(r#"[1,"x"]"#));
+        assert_eq!(
+            request.inner.old_object.map(RawValue::get),
+            Some(r#"{"metadata":3}"#)
+        );
+    }
+
+    #[test]
+    fn objects_nested_deeper_than_serde_json_builds_are_refused_as_too_deep() {
+        let nested = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let body = |depth: usize| {
+            format!(
+                r#"{{"apiVersion":"{API_VERSION}","kind":"{KIND}","request":{{"uid":"u","operation":"CREATE","object":{{"x":{}}}}}}}"#,
+                nested(depth)
+            )
+            .into_bytes()
+        };
+        // The object's own braces count: 1 + depth levels inside the review and the request.
+        assert!(decode(&body(MAX_DEPTH - 4)).is_ok());
+        assert!(matches!(
+            decode(&body(MAX_DEPTH - 3)),
+            Err(AdmissionError::TooDeep)
+        ));
+        assert!(matches!(
+            decode(&body(10_000)),
+            Err(AdmissionError::TooDeep)
+        ));
+        // Brackets inside strings are text, not nesting.
+        assert_eq!(nesting(br#"{"a":"[[[[\"{{","b":[1]}"#), 2);
     }
 
     #[test]

@@ -14,8 +14,11 @@ use podmend::{audit, certs, storms, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init(cli.log_format);
-    match run(cli.command) {
+    let log = telemetry::init(cli.log_format);
+    let result = run(cli.command);
+    // Flushes the log lines still queued, so they come before a final error.
+    drop(log);
+    match result {
         Ok(code) => code,
         Err(error) => {
             eprintln!("podmend: {error:#}");

@@ -327,6 +327,20 @@ struct Admitted {
 }
 
 /// Sends `object` as a CREATE through podmend's admission path and checks the answer as the
+/// The request as a parsed subject (its object filled in by the caller).
+fn create_subject<'a>(request: &'a admission::Request<'_>) -> podmend::engine::Subject<'a> {
+    let raw = request.subject();
+    podmend::engine::Subject {
+        operation: raw.operation,
+        group: raw.group,
+        kind: raw.kind,
+        sub_resource: raw.sub_resource,
+        namespace: raw.namespace,
+        object: None,
+        old_object: None,
+    }
+}
+
 /// API server does (`VerifyAdmissionResponse`), then applies it the way `path` does.
 fn admit(
     engine: &Engine,
@@ -339,7 +353,21 @@ fn admit(
     let body = serde_json::to_vec(&review).map_err(|e| format!("review does not encode: {e}"))?;
     let request =
         admission::decode(&body).map_err(|e| format!("podmend refused the review: {e}"))?;
-    let outcome = engine.review(&request.subject(), cluster);
+    let outcome = engine.review_raw(&request.subject(), cluster);
+    // The webhook decides on a sketch of the raw object what `audit` decides on all of it.
+    let parsed = Engine::review(
+        engine,
+        &podmend::engine::Subject {
+            object: Some(object),
+            ..create_subject(&request)
+        },
+        cluster,
+    );
+    if outcome != parsed {
+        return Err(format!(
+            "the raw review and the parsed one differ:\nraw: {outcome:?}\nparsed: {parsed:?}"
+        ));
+    }
     if let Some(Skip::UndecodablePodSpec(error)) = &outcome.skipped {
         return Err(format!(
             "podmend could not decode a pod spec the API server accepts: {error}"

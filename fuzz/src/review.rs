@@ -8,8 +8,9 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use podmend::admission::{self, Decision, Request, Webhook};
 use podmend::cluster::{ClusterView, StaticCluster};
 use podmend::config::{Config, Mode, SidecarMode};
-use podmend::engine::{Engine, Subject};
+use podmend::engine::{Engine, Subject, document};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::k8s_rules;
 
@@ -125,7 +126,7 @@ pub fn check_body(body: &[u8]) {
 }
 
 /// Decodes like `/mutate` does; a body that is refused must say why.
-pub fn decode(body: &[u8]) -> Option<Request> {
+pub fn decode(body: &[u8]) -> Option<Request<'_>> {
     match admission::decode(body) {
         Ok(request) => Some(request),
         Err(error) => {
@@ -145,16 +146,35 @@ pub fn limit_range_values(items: &[LimitRangeItem]) -> Vec<Value> {
 /// Reviews `request` under every configuration and checks each answer. `limit_ranges` are the
 /// LimitRange items `cluster` answers with, for the LimitRanger check.
 pub fn check_request(request: &Request, cluster: &dyn ClusterView, limit_ranges: &[Value]) {
+    // The objects parsed, as `audit` gives them to the engine.
+    let parse = |raw: Option<&RawValue>| raw.and_then(|raw| document::parse(raw).ok());
+    let (parsed_object, parsed_old) = (parse(request.inner.object), parse(request.inner.old_object));
+    let raw = request.subject();
+    let parsed = Subject {
+        operation: raw.operation,
+        group: raw.group,
+        kind: raw.kind,
+        sub_resource: raw.sub_resource,
+        namespace: raw.namespace,
+        object: parsed_object.as_ref().filter(|o| !o.is_null()),
+        old_object: parsed_old.as_ref().filter(|o| !o.is_null()),
+    };
     for (name, engine) in ENGINES.iter() {
         // The body as the webhook gets it: whatever the client sent, after decoding.
-        let outcome = engine.review(&request.subject(), cluster);
+        let outcome = engine.review_raw(&raw, cluster);
+        // The webhook decides on a sketch of the object what `audit` decides on all of it.
+        assert_eq!(
+            outcome,
+            engine.review(&parsed, cluster),
+            "[{name}] the raw review and the parsed one differ"
+        );
         for webhook in [Webhook::Mutate, Webhook::Validate] {
             let decision = Decision::from_outcome(&outcome, webhook);
             verified_patch(name, request, &decision, webhook);
         }
         // The API server's flow: the object it sends is defaulted; the patched object is
         // defaulted again and, with reinvocation, sent again.
-        let Some(object) = request.subject().object.filter(|o| o.is_object()) else {
+        let Some(object) = parsed.object.filter(|o| o.is_object()) else {
             continue;
         };
         // The API server's object always carries the kind it was sent as.
@@ -170,7 +190,7 @@ pub fn check_request(request: &Request, cluster: &dyn ClusterView, limit_ranges:
         limit_ranger_defaults(&mut defaulted, limit_ranges);
         let subject = Subject {
             object: Some(&defaulted),
-            ..request.subject()
+            ..parsed
         };
         let first = engine.review(&subject, cluster);
         let decision = Decision::from_outcome(&first, Webhook::Mutate);

@@ -26,9 +26,6 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// it gets to read the answer instead of a connection reset; past this, the connection closes.
 const DISCARD_LIMIT: usize = 2 * MAX_BODY_BYTES;
 
-/// serde_json's nesting limit; deeper bodies fail to parse.
-const MAX_JSON_DEPTH: usize = 128;
-
 pub async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Response {
     answer(&state, Webhook::Mutate, request).await
 }
@@ -245,7 +242,7 @@ fn review(
 ) -> Result<Response, AdmissionError> {
     let request = admission::decode(body)?;
     let engine = state.engine();
-    let outcome = engine.review(&request.subject(), state.cluster.as_ref());
+    let outcome = engine.review_raw(&request.subject(), state.cluster.as_ref());
     let decision = Decision::from_outcome(&outcome, webhook);
     let encoded = admission::encode_response(&request.inner.uid, &decision);
     let elapsed = started.elapsed();
@@ -283,7 +280,7 @@ fn review(
         uid = %request.inner.uid,
         kind = %kind,
         namespace = request.inner.namespace.as_deref().unwrap_or(""),
-        name = request.object_name(),
+        name = %request.object_name(),
         operation,
         result,
         rules = %rules.join(","),
@@ -306,15 +303,7 @@ fn metric_kind(kind: &str) -> &'static str {
 /// The metric reason and the answer's text for a body that is not a review we can answer.
 fn explain(error: &AdmissionError) -> (&'static str, String) {
     let reason = match error {
-        AdmissionError::NotJson(e) if e.to_string().starts_with("recursion limit exceeded") => {
-            return (
-                "too-deep",
-                format!(
-                    "body nests JSON deeper than {MAX_JSON_DEPTH} levels; AdmissionReviews of \
-                     the kinds podmend handles are never that deep"
-                ),
-            );
-        }
+        AdmissionError::TooDeep => "too-deep",
         AdmissionError::NotJson(_) => "not-json",
         AdmissionError::UnsupportedVersion(version) if version.is_empty() => {
             return (

@@ -1,27 +1,42 @@
 //! Runs the rule registry on one object and computes the JSON Patch. Knows which objects,
-//! operations and annotations are acted on; knows nothing of HTTP. `serve` and `audit` both
-//! call [`Engine::review`].
+//! operations and annotations are acted on; knows nothing of HTTP. `serve` calls
+//! [`Engine::review_raw`] with the request's raw JSON, `audit` [`Engine::review`] with
+//! parsed manifests; both decide the same.
+//!
+//! A review reads top to bottom:
+//! - [`scope`]: whether podmend acts on the request (kind, subresource, operation), then on
+//!   the object (namespace, mirror pods, Deployment-owned ReplicaSets, unchanged templates,
+//!   the skip annotation), and the pod spec with its labels and annotations;
+//! - [`run`]: the rules whose cheap look finds something repair a typed copy of the spec,
+//!   each with its finding and patch;
+//! - [`patch`]: the patch enforce-mode rules apply and the whole repair, with the
+//!   `podmend.io/mutated` annotation, checked to apply to the object as sent;
+//! - [`diff`]: the name-aware JSON diff the patches are computed with;
+//! - [`status`]: `UPDATE pods/status` for the status rules;
+//! - [`document`]: the raw object sketched (only what scope and the rules' cheap look read)
+//!   or parsed (without managedFields).
 //!
 //! The patch is the diff of two serializations of the same typed pod spec (before and after
 //! the rules), so a field our Kubernetes types do not know is in neither and is never removed.
 //! Lists of named items (containers, volumes) are diffed by name, so such a field also stays
 //! on its own container when a container is inserted before it.
-//!
-//! `UPDATE pods/status` goes to the status rules instead (only while one is on): they see the
-//! whole Pod and the patch is the diff of its typed status, so nothing but status changes.
 
-use std::collections::BTreeMap;
+mod diff;
+pub mod document;
+mod patch;
+mod run;
+mod scope;
+mod status;
 
 use json_patch::PatchOperation;
-use json_patch::jsonptr::{Pointer, PointerBuf};
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::cluster::ClusterView;
 use crate::config::{Config, Mode};
-use crate::rules::{self, PodMeta, Rule, RuleContext, StatusRule};
-use crate::target::{self, Target, WorkloadKind};
+use crate::rules::{self, Rule, StatusRule};
+use crate::target::Target;
+use scope::Route;
 
 /// Lists rules (or `all`) podmend must leave alone on this object.
 pub const SKIP_ANNOTATION: &str = "podmend.io/skip";
@@ -59,7 +74,8 @@ impl Operation {
     }
 }
 
-/// One object under review, as the API server describes it.
+/// One object under review, as the API server describes it, its objects parsed (`audit`
+/// reads manifests into JSON trees).
 #[derive(Debug, Clone, Copy)]
 pub struct Subject<'a> {
     pub operation: Operation,
@@ -71,6 +87,37 @@ pub struct Subject<'a> {
     pub namespace: &'a str,
     pub object: Option<&'a Value>,
     pub old_object: Option<&'a Value>,
+}
+
+/// The same, with its objects as the raw JSON of the request (the webhook): parsed only as
+/// far as a review needs them.
+#[derive(Debug, Clone, Copy)]
+pub struct RawSubject<'a> {
+    pub operation: Operation,
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub sub_resource: &'a str,
+    pub namespace: &'a str,
+    pub object: Option<&'a RawValue>,
+    pub old_object: Option<&'a RawValue>,
+}
+
+impl<'a> RawSubject<'a> {
+    /// This request with parsed objects.
+    fn with<'b>(&self, object: Option<&'b Value>, old_object: Option<&'b Value>) -> Subject<'b>
+    where
+        'a: 'b,
+    {
+        Subject {
+            operation: self.operation,
+            group: self.group,
+            kind: self.kind,
+            sub_resource: self.sub_resource,
+            namespace: self.namespace,
+            object,
+            old_object,
+        }
+    }
 }
 
 /// Why an object was passed without looking at it.
@@ -88,6 +135,8 @@ pub enum Skip {
     NoPodSpec,
     /// The pod spec does not decode (the API server will reject it anyway).
     UndecodablePodSpec(String),
+    /// The object is not JSON podmend can read (nested too deep).
+    UnreadableObject(String),
 }
 
 impl Skip {
@@ -104,6 +153,7 @@ impl Skip {
             Skip::TemplateUnchanged => "template-unchanged",
             Skip::NoPodSpec => "no-pod-spec",
             Skip::UndecodablePodSpec(_) => "undecodable-pod-spec",
+            Skip::UnreadableObject(_) => "unreadable-object",
         }
     }
 }
@@ -191,593 +241,112 @@ impl Engine {
     /// Reviews one object: decides whether podmend acts on it, runs every rule that may
     /// apply, and computes the patches.
     pub fn review(&self, subject: &Subject<'_>, cluster: &dyn ClusterView) -> Outcome {
-        let Some(target) = target::for_kind(subject.group, subject.kind) else {
-            return Outcome::skipped(None, Skip::UnhandledKind);
-        };
-        let skip = |reason| Outcome::skipped(Some(target), reason);
-        if !subject.sub_resource.is_empty() {
-            let pod_status_update = subject.sub_resource == "status"
-                && target.kind == WorkloadKind::Pod
-                && subject.operation == Operation::Update;
-            if pod_status_update && !self.status_rules.is_empty() {
-                return self.review_status(target, subject, cluster);
-            }
-            return skip(Skip::SubResource);
-        }
-        if !acts_on(target, subject.operation) {
-            return skip(Skip::Operation);
-        }
-        let Some(object) = subject.object.filter(|o| o.is_object()) else {
-            return skip(Skip::NoObject);
-        };
-        let namespace = namespace_of(subject, object);
-        if self.exclude_namespaces.iter().any(|n| n == namespace) {
-            return skip(Skip::ExcludedNamespace);
-        }
-        let object_annotations = string_map(object.pointer("/metadata/annotations"));
-        if target.kind == WorkloadKind::Pod && object_annotations.contains_key(MIRROR_ANNOTATION) {
-            return skip(Skip::MirrorPod);
-        }
-        if target.kind == WorkloadKind::ReplicaSet && has_deployment_controller(object) {
-            return skip(Skip::DeploymentOwnedReplicaSet);
-        }
-        if subject.operation == Operation::Update {
-            let template = target.template.unwrap_or(target.spec);
-            let old = subject.old_object.and_then(|o| o.pointer(template));
-            if old.is_some() && old == object.pointer(template) {
-                return skip(Skip::TemplateUnchanged);
-            }
-        }
-        let Some(raw_spec) = object.pointer(target.spec) else {
-            return skip(Skip::NoPodSpec);
-        };
-        let meta = PodMeta {
-            labels: string_map(object.pointer(&format!("{}/labels", target.metadata))),
-            annotations: string_map(object.pointer(&format!("{}/annotations", target.metadata))),
-            controller_kind: controller_kind(target, object),
-        };
-        let skipped_rules = SkipList::from_annotations([&object_annotations, &meta.annotations]);
-        if skipped_rules.all {
-            return skip(Skip::SkipAnnotation);
-        }
-        let active: Vec<(&dyn Rule, Mode)> = self
-            .rules
-            .iter()
-            .map(|rule| (rule.as_ref(), rule.modes().for_target(target.is_template())))
-            .filter(|(rule, mode)| {
-                *mode != Mode::Off
-                    && !skipped_rules.contains(rule.id())
-                    && rule.may_apply(raw_spec, &meta)
-            })
-            .collect();
-        if active.is_empty() {
-            return Outcome::clean(target);
-        }
-        let original = match PodSpec::deserialize(raw_spec) {
-            Ok(spec) => spec,
-            Err(error) => return skip(Skip::UndecodablePodSpec(error.to_string())),
-        };
-        let spec_pointer = parse_pointer(target.spec);
-        let cx = RuleContext { namespace, cluster };
-        let original_value = to_json(&original);
-        // Two states advance through the rules: what every rule would apply (for `audit`),
-        // and what enforce-mode rules apply. They are one and the same until a rule that
-        // only warns changes something, so nothing is cloned in the common case.
-        let mut repaired = State {
-            spec: original,
-            value: None,
-        };
-        let mut applied: Option<State> = None;
-        let mut findings = Vec::new();
-        for (rule, mode) in active {
-            let mut candidate = repaired.spec.clone();
-            let messages = rule.repair(&mut candidate, &meta, &cx);
-            let candidate_value = to_json(&candidate);
-            let patch = prefixed(
-                &spec_pointer,
-                diff(repaired.value(&original_value), &candidate_value),
-            );
-            if messages.is_empty() && patch.is_empty() {
-                continue;
-            }
-            let previous = std::mem::replace(
-                &mut repaired,
-                State {
-                    spec: candidate,
-                    value: Some(candidate_value),
-                },
-            );
-            if !patch.is_empty() {
-                match (&mut applied, mode) {
-                    // An enforce-mode rule after the states parted: apply it to what is applied.
-                    (Some(enforced), Mode::Enforce) => {
-                        rule.repair(&mut enforced.spec, &meta, &cx);
-                        enforced.value = Some(to_json(&enforced.spec));
-                    }
-                    // A rule that only warns changed something: the states part here.
-                    (None, mode) if mode != Mode::Enforce => applied = Some(previous),
-                    _ => {}
-                }
-            }
-            findings.push(Finding {
-                rule: rule.id(),
-                mode,
-                messages,
-                advice: rule.info().help,
-                patch,
-            });
-        }
-        // With one rule that changed something, its patch is the whole change: no second diff.
-        let mut changing = findings.iter().filter(|f| !f.patch.is_empty());
-        let only_change = match (changing.next(), changing.next()) {
-            (Some(finding), None) => Some(&finding.patch),
-            _ => None,
-        };
-        let annotated = |state: &State, rules: Vec<&str>| {
-            let Some(value) = &state.value else {
-                return Vec::new();
-            };
-            let mut patch = match only_change {
-                Some(patch) => patch.clone(),
-                None => prefixed(&spec_pointer, diff(&original_value, value)),
-            };
-            if !patch.is_empty() {
-                patch.push(mutated_annotation_op(
-                    object,
-                    target.metadata,
-                    &meta.annotations,
-                    &rules,
-                ));
-            }
-            patch
-        };
-        let changed = |enforced_only: bool| -> Vec<&str> {
-            findings
-                .iter()
-                .filter(|f| !f.patch.is_empty() && (!enforced_only || f.mode == Mode::Enforce))
-                .map(|f| f.rule)
-                .collect()
-        };
-        let repair = annotated(&repaired, changed(false));
-        // While the states are one, every rule that changed something enforces.
-        let patch = match &applied {
-            None => repair.clone(),
-            Some(enforced) => annotated(enforced, changed(true)),
-        };
-        if let Err(reason) = applies(object, &patch, &repair) {
-            return skip(reason);
-        }
-        Outcome {
-            target: Some(target),
-            skipped: None,
-            findings,
-            patch,
-            repair,
+        let route = scope::route(
+            self,
+            subject.operation,
+            subject.group,
+            subject.kind,
+            subject.sub_resource,
+        );
+        match route {
+            Err(outcome) => outcome,
+            Ok(Route::Status(target)) => status::review(self, target, subject, cluster),
+            Ok(Route::Spec(target)) => self.review_spec(target, subject, cluster),
         }
     }
 
-    /// Runs the status rules on an `UPDATE pods/status`. The patch is the diff of the Pod's
-    /// typed status before and after, so it names nothing outside `/status` and drops no
-    /// field the types do not know; no `podmend.io/mutated` annotation is added.
-    fn review_status(
+    /// Reviews a request whose objects are raw JSON, as [`review`](Self::review) would once
+    /// they are parsed, parsing only what it needs: nothing for a request routed away (a
+    /// DELETE, another subresource, an unhandled kind), and only a sketch of a created
+    /// object when no rule may act on it, which is what most pods are.
+    pub fn review_raw(&self, subject: &RawSubject<'_>, cluster: &dyn ClusterView) -> Outcome {
+        let route = scope::route(
+            self,
+            subject.operation,
+            subject.group,
+            subject.kind,
+            subject.sub_resource,
+        );
+        let (target, spec) = match route {
+            Err(outcome) => return outcome,
+            Ok(Route::Spec(target)) => (target, true),
+            Ok(Route::Status(target)) => (target, false),
+        };
+        if spec
+            && subject.operation == Operation::Create
+            && let Some(raw) = subject.object
+            && let Ok(sketch) = document::sketch(raw)
+            && let Some(outcome) =
+                self.decided_by_sketch(target, &subject.with(Some(&sketch), None))
+        {
+            return outcome;
+        }
+        let parse = |raw: Option<&RawValue>| raw.map(document::parse).transpose();
+        match (parse(subject.object), parse(subject.old_object)) {
+            (Ok(object), Ok(old)) => {
+                let object = object.filter(|o| !o.is_null());
+                let old = old.filter(|o| !o.is_null());
+                self.review(&subject.with(object.as_ref(), old.as_ref()), cluster)
+            }
+            (Err(error), _) | (_, Err(error)) => {
+                Outcome::skipped(Some(target), Skip::UnreadableObject(error.to_string()))
+            }
+        }
+    }
+
+    /// The outcome of a created object when its sketch settles it: skipped by scope, or in
+    /// scope with no rule that may act. `None` when a rule may act and the whole object is
+    /// needed.
+    fn decided_by_sketch(
+        &self,
+        target: &'static Target,
+        sketched: &Subject<'_>,
+    ) -> Option<Outcome> {
+        match scope::pod_spec(self, target, sketched) {
+            Err(outcome) => Some(outcome),
+            Ok(in_scope) => run::active(self, &in_scope)
+                .is_empty()
+                .then(|| Outcome::clean(target)),
+        }
+    }
+
+    /// The pod spec rules on a Pod or a pod template.
+    fn review_spec(
         &self,
         target: &'static Target,
         subject: &Subject<'_>,
         cluster: &dyn ClusterView,
     ) -> Outcome {
-        let skip = |reason| Outcome::skipped(Some(target), reason);
-        let Some(object) = subject.object.filter(|o| o.is_object()) else {
-            return skip(Skip::NoObject);
+        let in_scope = match scope::pod_spec(self, target, subject) {
+            Ok(in_scope) => in_scope,
+            Err(outcome) => return outcome,
         };
-        let namespace = namespace_of(subject, object);
-        if self.exclude_namespaces.iter().any(|n| n == namespace) {
-            return skip(Skip::ExcludedNamespace);
-        }
-        let annotations = string_map(object.pointer("/metadata/annotations"));
-        if annotations.contains_key(MIRROR_ANNOTATION) {
-            return skip(Skip::MirrorPod);
-        }
-        let skipped_rules = SkipList::from_annotations([&annotations]);
-        if skipped_rules.all {
-            return skip(Skip::SkipAnnotation);
-        }
-        let active: Vec<&dyn StatusRule> = self
-            .status_rules
-            .iter()
-            .map(Box::as_ref)
-            .filter(|rule| !skipped_rules.contains(rule.id()) && rule.may_apply(object))
-            .collect();
+        let active = run::active(self, &in_scope);
         if active.is_empty() {
             return Outcome::clean(target);
         }
-        let pod = match Pod::deserialize(object) {
-            Ok(pod) => pod,
-            Err(error) => return skip(Skip::UndecodablePodSpec(error.to_string())),
+        let ran = match run::run(active, &in_scope, cluster) {
+            Ok(ran) => ran,
+            Err(reason) => return Outcome::skipped(Some(target), reason),
         };
-        // The stored Pod tells whether it is being deleted or already terminal: without it
-        // neither can be ruled out, so nothing is changed.
-        let old = match subject.old_object.map(Pod::deserialize) {
-            Some(Ok(old)) => old,
-            Some(Err(error)) => {
-                return skip(Skip::UndecodablePodSpec(format!(
-                    "the stored Pod (oldObject) does not decode: {error}"
-                )));
-            }
-            None => return skip(Skip::NoObject),
-        };
-        let cx = RuleContext { namespace, cluster };
-        let original = pod.status.clone().unwrap_or_default();
-        let original_value = to_json(&original);
-        let (mut repaired, mut applied) = (original.clone(), original);
-        let mut findings = Vec::new();
-        for rule in active {
-            let before = to_json(&repaired);
-            let messages = rule.repair(&pod, Some(&old), &mut repaired, &cx);
-            let patch = prefixed(
-                &parse_pointer("/status"),
-                diff(&before, &to_json(&repaired)),
-            );
-            if messages.is_empty() && patch.is_empty() {
-                continue;
-            }
-            if rule.mode() == Mode::Enforce {
-                rule.repair(&pod, Some(&old), &mut applied, &cx);
-            }
-            findings.push(Finding {
-                rule: rule.id(),
-                mode: rule.mode(),
-                messages,
-                advice: rule.info().help,
-                patch,
-            });
-        }
-        let status_patch = |status| {
-            prefixed(
-                &parse_pointer("/status"),
-                diff(&original_value, &to_json(status)),
-            )
-        };
-        let (patch, repair) = (status_patch(&applied), status_patch(&repaired));
-        if let Err(reason) = applies(object, &patch, &repair) {
-            return skip(reason);
-        }
-        Outcome {
-            target: Some(target),
-            skipped: None,
-            findings,
-            patch,
-            repair,
-        }
-    }
-}
-
-/// The patches are diffs of typed objects, where a field the API requires but the object
-/// lacks (a volumeMount without mountPath) reads as "": such a patch names paths the object
-/// does not have, and the API server would fail the request with an internal error. Leave
-/// the object to its validation, which says what is missing.
-fn applies(
-    object: &Value,
-    patch: &[PatchOperation],
-    repair: &[PatchOperation],
-) -> Result<(), Skip> {
-    let differs = patch != repair;
-    for candidate in std::iter::once(repair).chain(differs.then_some(patch)) {
-        if let Err(error) = json_patch::patch(&mut object.clone(), candidate) {
-            return Err(Skip::UndecodablePodSpec(format!(
-                "the repair does not apply to the object as sent: {error}"
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// The request's namespace, or the object's own when the request names none.
-fn namespace_of<'a>(subject: &Subject<'a>, object: &'a Value) -> &'a str {
-    if subject.namespace.is_empty() {
-        object
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-    } else {
-        subject.namespace
-    }
-}
-
-/// A pod spec as the rules left it, with its JSON form once a rule has changed it
-/// (`None`: unchanged, the original's).
-struct State {
-    spec: PodSpec,
-    value: Option<Value>,
-}
-
-impl State {
-    fn value<'a>(&'a self, original: &'a Value) -> &'a Value {
-        self.value.as_ref().unwrap_or(original)
-    }
-}
-
-/// Pods are repaired on CREATE only (their spec is immutable after); a Job's template is
-/// immutable too; other templates may be repaired whenever they are written.
-fn acts_on(target: &Target, operation: Operation) -> bool {
-    match operation {
-        Operation::Create => true,
-        Operation::Update => !matches!(target.kind, WorkloadKind::Pod | WorkloadKind::Job),
-        Operation::Delete | Operation::Connect => false,
-    }
-}
-
-/// The kind of the controller of the pods `object` describes: a Pod's controlling owner, or
-/// the workload whose template it is (none for a `PodTemplate`, which controls nothing).
-fn controller_kind(target: &Target, object: &Value) -> Option<String> {
-    match target.kind {
-        WorkloadKind::Pod => object
-            .pointer("/metadata/ownerReferences")
-            .and_then(Value::as_array)?
-            .iter()
-            .find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))?
-            .get("kind")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        WorkloadKind::PodTemplate => None,
-        _ => Some(target.name.to_string()),
-    }
-}
-
-/// A ReplicaSet its Deployment controls: mutating its template makes the Deployment
-/// controller create ReplicaSets without end (kubernetes#57167).
-fn has_deployment_controller(object: &Value) -> bool {
-    object
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|owners| {
-            owners.iter().any(|owner| {
-                owner.get("controller").and_then(Value::as_bool) == Some(true)
-                    && owner.get("kind").and_then(Value::as_str) == Some("Deployment")
-            })
-        })
-}
-
-/// The `podmend.io/skip` annotation: `all`, or a comma-separated list of rule ids.
-#[derive(Default)]
-struct SkipList {
-    all: bool,
-    rules: Vec<String>,
-}
-
-impl SkipList {
-    fn from_annotations<'a>(
-        sources: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
-    ) -> Self {
-        let mut list = SkipList::default();
-        for annotations in sources {
-            let Some(value) = annotations.get(SKIP_ANNOTATION) else {
-                continue;
-            };
-            for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-                if item == "all" {
-                    list.all = true;
-                } else {
-                    list.rules.push(item.to_string());
-                }
-            }
-        }
-        list
+        let (patch, repair) = patch::spec_patches(&in_scope, &ran);
+        patch::finish(target, in_scope.object, ran.findings, patch, repair)
     }
 
-    fn contains(&self, rule: &str) -> bool {
-        self.all || self.rules.iter().any(|r| r == rule)
+    /// Whether `namespace` is one podmend never acts in.
+    fn excludes(&self, namespace: &str) -> bool {
+        self.exclude_namespaces.iter().any(|n| n == namespace)
     }
-}
-
-/// The `add` operation that records the rules that changed the object, keeping rules
-/// recorded by an earlier pass (a template's repair carried into its pods).
-fn mutated_annotation_op(
-    object: &Value,
-    metadata_pointer: &str,
-    annotations: &BTreeMap<String, String>,
-    changed_by: &[&str],
-) -> PatchOperation {
-    let mut rules: Vec<String> = annotations
-        .get(MUTATED_ANNOTATION)
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    for rule in changed_by {
-        if !rules.iter().any(|r| r == rule) {
-            rules.push((*rule).to_string());
-        }
-    }
-    let value = Value::String(rules.join(","));
-    let metadata = object.pointer(metadata_pointer);
-    let (path, value) = match metadata {
-        Some(meta) if meta.get("annotations").is_some_and(Value::is_object) => {
-            let mut path = parse_pointer(metadata_pointer);
-            path.push_back("annotations");
-            path.push_back(MUTATED_ANNOTATION);
-            (path, value)
-        }
-        Some(meta) if meta.is_object() => {
-            let mut path = parse_pointer(metadata_pointer);
-            path.push_back("annotations");
-            (path, single_entry(MUTATED_ANNOTATION, value))
-        }
-        _ => (
-            parse_pointer(metadata_pointer),
-            single_entry("annotations", single_entry(MUTATED_ANNOTATION, value)),
-        ),
-    };
-    PatchOperation::Add(json_patch::AddOperation { path, value })
-}
-
-fn single_entry(key: &str, value: Value) -> Value {
-    let mut map = Map::new();
-    map.insert(key.to_string(), value);
-    Value::Object(map)
-}
-
-/// `json_patch::diff`, except that a list whose items all have unique names (containers,
-/// volumes, env vars) is diffed item by item by name rather than by position, when the names
-/// both sides share are in the same order. Neither side holds the fields our types do not
-/// know, so a positional diff of `[guard, a]` against `[a]` would rewrite `a` into the guard
-/// field by field and leave `a`'s unknown fields on the guard; by name it is one `add`.
-fn diff(before: &Value, after: &Value) -> json_patch::Patch {
-    let mut ops = Vec::new();
-    diff_into(before, after, &mut PointerBuf::new(), &mut ops);
-    json_patch::Patch(ops)
-}
-
-fn diff_into(before: &Value, after: &Value, at: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
-    match (before, after) {
-        (Value::Object(before), Value::Object(after)) => {
-            for (key, after_value) in after {
-                at.push_back(key);
-                match before.get(key) {
-                    Some(before_value) => diff_into(before_value, after_value, at, ops),
-                    None => ops.push(add_op(at, after_value)),
-                }
-                at.pop_back();
-            }
-            for key in before.keys().filter(|key| !after.contains_key(*key)) {
-                at.push_back(key);
-                ops.push(PatchOperation::Remove(json_patch::RemoveOperation {
-                    path: at.clone(),
-                }));
-                at.pop_back();
-            }
-        }
-        (Value::Array(before), Value::Array(after)) => {
-            match (item_names(before), item_names(after)) {
-                (Some(before_names), Some(after_names))
-                    if shared_in_same_order(&before_names, &after_names) =>
-                {
-                    for (index, name) in before_names.iter().enumerate().rev() {
-                        if !after_names.contains(name) {
-                            at.push_back(index);
-                            ops.push(PatchOperation::Remove(json_patch::RemoveOperation {
-                                path: at.clone(),
-                            }));
-                            at.pop_back();
-                        }
-                    }
-                    // Removals done, the shared items are in place in order; each new item is
-                    // inserted where it belongs, so item `index` is always where the diff says.
-                    for (index, (name, after_item)) in after_names.iter().zip(after).enumerate() {
-                        at.push_back(index);
-                        match before_names.iter().position(|n| n == name) {
-                            Some(old) => diff_into(&before[old], after_item, at, ops),
-                            None => ops.push(add_op(at, after_item)),
-                        }
-                        at.pop_back();
-                    }
-                }
-                _ => {
-                    let shared = before.len().min(after.len());
-                    for index in 0..shared {
-                        at.push_back(index);
-                        diff_into(&before[index], &after[index], at, ops);
-                        at.pop_back();
-                    }
-                    for (index, item) in after.iter().enumerate().skip(shared) {
-                        at.push_back(index);
-                        ops.push(add_op(at, item));
-                        at.pop_back();
-                    }
-                    for _ in shared..before.len() {
-                        at.push_back(shared);
-                        ops.push(PatchOperation::Remove(json_patch::RemoveOperation {
-                            path: at.clone(),
-                        }));
-                        at.pop_back();
-                    }
-                }
-            }
-        }
-        _ if before == after => {}
-        _ => ops.push(PatchOperation::Replace(json_patch::ReplaceOperation {
-            path: at.clone(),
-            value: after.clone(),
-        })),
-    }
-}
-
-fn add_op(at: &PointerBuf, value: &Value) -> PatchOperation {
-    PatchOperation::Add(json_patch::AddOperation {
-        path: at.clone(),
-        value: value.clone(),
-    })
-}
-
-/// The `name` of every item, when every item is an object with a name no other item has.
-fn item_names(items: &[Value]) -> Option<Vec<&str>> {
-    let names: Vec<&str> = items
-        .iter()
-        .map(|item| item.get("name")?.as_str())
-        .collect::<Option<_>>()?;
-    let unique = names
-        .iter()
-        .enumerate()
-        .all(|(i, name)| !names[..i].contains(name));
-    unique.then_some(names)
-}
-
-fn shared_in_same_order(before: &[&str], after: &[&str]) -> bool {
-    let shared_before = before.iter().filter(|name| after.contains(name));
-    let shared_after = after.iter().filter(|name| before.contains(name));
-    shared_before.eq(shared_after)
-}
-
-fn prefixed(prefix: &Pointer, patch: json_patch::Patch) -> Vec<PatchOperation> {
-    patch
-        .0
-        .into_iter()
-        .map(|mut op| {
-            let path = match &mut op {
-                PatchOperation::Add(o) => &mut o.path,
-                PatchOperation::Remove(o) => &mut o.path,
-                PatchOperation::Replace(o) => &mut o.path,
-                PatchOperation::Move(o) => &mut o.path,
-                PatchOperation::Copy(o) => &mut o.path,
-                PatchOperation::Test(o) => &mut o.path,
-            };
-            *path = prefix.concat(path);
-            op
-        })
-        .collect()
-}
-
-/// Pointers in the target table are constants; an invalid one is a programming error that
-/// the target tests catch, so fall back to the root rather than panic.
-fn parse_pointer(text: &str) -> PointerBuf {
-    PointerBuf::parse(text).unwrap_or_default()
-}
-
-fn to_json(typed: &impl Serialize) -> Value {
-    // Serializing a k8s-openapi type into a Value cannot fail (string keys, no custom errors).
-    serde_json::to_value(typed).unwrap_or(Value::Null)
-}
-
-fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
-    value
-        .and_then(Value::as_object)
-        .map(|map| {
-            map.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
+    use super::scope::controller_kind;
     use super::*;
     use crate::cluster::StaticCluster;
+    use crate::target;
 
     fn engine() -> Engine {
         Engine::new(&Config::default())

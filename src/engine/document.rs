@@ -1,0 +1,346 @@
+//! An object as the webhook receives it, raw JSON, read two ways:
+//!
+//! - [`sketch`]: a copy that holds only what deciding scope and the rules' `may_apply` read
+//!   (names, namespace, labels, annotations, owners; nodeName, each container's name, image,
+//!   command and args; hostPath volumes), for all the places a pod spec can be. Most reviews
+//!   end there, without the object ever being built: that is most of a review's cost.
+//! - [`parse`]: the whole object, without `metadata.managedFields` (the API server's record of
+//!   field owners: often the largest part of an object, never read by a rule).
+//!
+//! The sketch's shape must cover every field scope and `may_apply` read; the engine's tests
+//! check, for every fixture and generated pod, that a sketch decides as the whole object does.
+
+use serde::Deserialize as _;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+/// The whole object, without `metadata.managedFields`.
+pub fn parse(raw: &RawValue) -> Result<Value, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    let value = Pruned(Level::Object).deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// The object with only the fields of [`OBJECT`] (see the module's doc).
+pub fn sketch(raw: &RawValue) -> Result<Value, serde_json::Error> {
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    let value = Shaped(&OBJECT).deserialize(&mut deserializer)?;
+    deserializer.end()?;
+    Ok(value)
+}
+
+/// Which fields of a JSON value a sketch keeps.
+pub enum Shape {
+    /// The whole value.
+    All,
+    /// These fields of an object, each with its own shape; the others are skipped.
+    Fields(&'static [(&'static str, &'static Shape)]),
+    /// Every item of an array, each with this shape.
+    Items(&'static Shape),
+}
+
+static ALL: Shape = Shape::All;
+
+/// What a container shows before a rule decides to look closer.
+static CONTAINER: Shape = Shape::Fields(&[
+    ("name", &ALL),
+    ("image", &ALL),
+    ("command", &ALL),
+    ("args", &ALL),
+]);
+static CONTAINERS: Shape = Shape::Items(&CONTAINER);
+static HOST_PATH: Shape = Shape::Fields(&[("path", &ALL)]);
+static VOLUME: Shape = Shape::Fields(&[("name", &ALL), ("hostPath", &HOST_PATH)]);
+static VOLUMES: Shape = Shape::Items(&VOLUME);
+
+/// A pod spec's fields the rules' `may_apply` read.
+static POD_SPEC: Shape = Shape::Fields(&[
+    ("nodeName", &ALL),
+    ("containers", &CONTAINERS),
+    ("initContainers", &CONTAINERS),
+    ("volumes", &VOLUMES),
+]);
+
+/// A template: the labels and annotations it gives its pods, and their spec.
+static TEMPLATE_METADATA: Shape = Shape::Fields(&[("labels", &ALL), ("annotations", &ALL)]);
+static TEMPLATE: Shape = Shape::Fields(&[("metadata", &TEMPLATE_METADATA), ("spec", &POD_SPEC)]);
+static JOB_SPEC: Shape = Shape::Fields(&[("template", &TEMPLATE)]);
+static JOB_TEMPLATE: Shape = Shape::Fields(&[("spec", &JOB_SPEC)]);
+
+/// A Pod's `spec` and a workload's: the pod spec fields (a Pod's), the template (a
+/// Deployment's, …) and the job template (a CronJob's); each object has only its own.
+static SPEC: Shape = Shape::Fields(&[
+    ("nodeName", &ALL),
+    ("containers", &CONTAINERS),
+    ("initContainers", &CONTAINERS),
+    ("volumes", &VOLUMES),
+    ("template", &TEMPLATE),
+    ("jobTemplate", &JOB_TEMPLATE),
+]);
+
+static METADATA: Shape = Shape::Fields(&[
+    ("name", &ALL),
+    ("generateName", &ALL),
+    ("namespace", &ALL),
+    ("labels", &ALL),
+    ("annotations", &ALL),
+    ("ownerReferences", &ALL),
+]);
+
+/// The object: its metadata, its spec, and a PodTemplate's top-level `template`.
+pub static OBJECT: Shape = Shape::Fields(&[
+    ("metadata", &METADATA),
+    ("spec", &SPEC),
+    ("template", &TEMPLATE),
+]);
+
+/// Deserializes a value keeping what its shape names.
+#[derive(Clone, Copy)]
+struct Shaped(&'static Shape);
+
+impl<'de> DeserializeSeed<'de> for Shaped {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self.0 {
+            Shape::All => Value::deserialize(deserializer),
+            _ => deserializer.deserialize_any(self),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Shaped {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let Shape::Fields(fields) = self.0 else {
+            // A map where items were expected: kept whole, as the whole object has it.
+            return ValueVisitor.visit_map(access);
+        };
+        let mut map = Map::new();
+        while let Some(key) = access.next_key::<String>()? {
+            match fields.iter().find(|(name, _)| *name == key) {
+                Some((_, shape)) => {
+                    let value = access.next_value_seed(Shaped(shape))?;
+                    map.insert(key, value);
+                }
+                None => {
+                    access.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(map))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let item = match self.0 {
+            Shape::Items(item) => Shaped(item),
+            // A list where fields were expected: kept whole.
+            _ => return ValueVisitor.visit_seq(access),
+        };
+        let mut items = Vec::new();
+        while let Some(value) = access.next_element_seed(item)? {
+            items.push(value);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
+/// serde_json's own visitor for a whole value, reached through `Value`'s `Deserialize`.
+struct ValueVisitor;
+
+impl ValueVisitor {
+    fn visit_map<'de, A: MapAccess<'de>>(self, access: A) -> Result<Value, A::Error> {
+        Value::deserialize(de::value::MapAccessDeserializer::new(access))
+    }
+
+    fn visit_seq<'de, A: SeqAccess<'de>>(self, access: A) -> Result<Value, A::Error> {
+        Value::deserialize(de::value::SeqAccessDeserializer::new(access))
+    }
+}
+
+/// Where a value sits in an object being decoded: only the object's own `metadata` is pruned.
+#[derive(Clone, Copy)]
+enum Level {
+    Object,
+    Metadata,
+}
+
+/// Decodes a JSON value at `Level` into a [`Value`], leaving out what that level prunes.
+#[derive(Clone, Copy)]
+struct Pruned(Level);
+
+impl<'de> DeserializeSeed<'de> for Pruned {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Pruned {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
+        let mut map = Map::new();
+        while let Some(key) = access.next_key::<String>()? {
+            let value = match (self.0, key.as_str()) {
+                (Level::Metadata, "managedFields") => {
+                    access.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+                (Level::Object, "metadata") => access.next_value_seed(Pruned(Level::Metadata))?,
+                _ => access.next_value::<Value>()?,
+            };
+            map.insert(key, value);
+        }
+        Ok(Value::Object(map))
+    }
+
+    // An object or metadata that is not a JSON object is kept as it is: the engine skips it.
+    fn visit_seq<A: SeqAccess<'de>>(self, access: A) -> Result<Value, A::Error> {
+        ValueVisitor.visit_seq(access)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn raw(value: &Value) -> Box<RawValue> {
+        RawValue::from_string(value.to_string()).expect("raw JSON")
+    }
+
+    #[test]
+    fn parsing_leaves_out_managed_fields_and_keeps_everything_else() {
+        let object = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": {"a": "b"}, "managedFields": [{"manager": "kubectl"}],
+                "annotations": {"x": "1.5"}},
+            "spec": {"managedFields": "a field of that name elsewhere stays", "n": [1, -2, 2.5, null, true]},
+            "status": {}
+        });
+        let mut expected = object.clone();
+        expected["metadata"]
+            .as_object_mut()
+            .expect("map")
+            .remove("managedFields");
+        assert_eq!(parse(&raw(&object)).expect("parses"), expected);
+    }
+
+    #[test]
+    fn a_sketch_keeps_what_scope_and_may_apply_read_and_nothing_else() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"},
+                "annotations": {"x": "y"}, "ownerReferences": [{"kind": "ReplicaSet"}],
+                "managedFields": [{"manager": "kubectl"}], "uid": "u"},
+            "spec": {"nodeName": "n1", "serviceAccountName": "sa",
+                "containers": [{"name": "app", "image": "busybox", "command": ["sh"],
+                    "args": ["-c", "true"], "env": [{"name": "A", "value": "1"}]}],
+                "volumes": [{"name": "sock", "hostPath": {"path": "/var/run/docker.sock", "type": "Socket"}}]},
+            "status": {"phase": "Pending"}
+        });
+        assert_eq!(
+            sketch(&raw(&pod)).expect("sketches"),
+            json!({
+                "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"},
+                    "annotations": {"x": "y"}, "ownerReferences": [{"kind": "ReplicaSet"}]},
+                "spec": {"nodeName": "n1",
+                    "containers": [{"name": "app", "image": "busybox", "command": ["sh"],
+                        "args": ["-c", "true"]}],
+                    "volumes": [{"name": "sock", "hostPath": {"path": "/var/run/docker.sock"}}]}
+            })
+        );
+    }
+
+    #[test]
+    fn a_sketch_follows_every_place_a_pod_spec_can_be() {
+        let spec = json!({"nodeName": "n1", "containers": [{"name": "c", "ports": [1]}]});
+        let kept = json!({"nodeName": "n1", "containers": [{"name": "c"}]});
+        let template = json!({"metadata": {"labels": {"l": "v"}, "finalizers": []}, "spec": spec});
+        let kept_template = json!({"metadata": {"labels": {"l": "v"}}, "spec": kept});
+        for (object, expected) in [
+            (
+                json!({"spec": {"replicas": 1, "template": template}}),
+                json!({"spec": {"template": kept_template}}),
+            ),
+            (
+                json!({"spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": template}}}}),
+                json!({"spec": {"jobTemplate": {"spec": {"template": kept_template}}}}),
+            ),
+            (
+                json!({"template": template}),
+                json!({"template": kept_template}),
+            ),
+        ] {
+            assert_eq!(sketch(&raw(&object)).expect("sketches"), expected);
+        }
+    }
+
+    #[test]
+    fn a_sketch_keeps_whole_what_has_an_unexpected_type() {
+        for object in [
+            json!({"spec": {"containers": {"name": "not a list"}}}),
+            json!({"spec": {"volumes": ["not a map"]}}),
+            json!({"metadata": "not a map"}),
+            json!(["not", "an", "object"]),
+            json!("a string"),
+        ] {
+            assert_eq!(sketch(&raw(&object)).expect("sketches"), object);
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Computing the patches of a review: the enforce-mode patch the webhook sends and the whole
+//! repair `audit` shows, each with the `podmend.io/mutated` annotation, checked to apply to
+//! the object as it was sent.
+
+use std::collections::BTreeMap;
+
+use json_patch::PatchOperation;
+use json_patch::jsonptr::{Pointer, PointerBuf};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::run::{Ran, State};
+use super::scope::InScope;
+use super::{Finding, MUTATED_ANNOTATION, Outcome, Skip, diff};
+use crate::config::Mode;
+use crate::target::Target;
+
+/// The patch enforce-mode rules apply and the repair of every rule, from what the rules did.
+/// With one rule that changed something, its patch is the whole change: no second diff.
+pub(super) fn spec_patches(
+    scope: &InScope<'_>,
+    ran: &Ran,
+) -> (Vec<PatchOperation>, Vec<PatchOperation>) {
+    let spec_pointer = parse_pointer(scope.target.spec);
+    let mut changing = ran.findings.iter().filter(|f| !f.patch.is_empty());
+    let only_change = match (changing.next(), changing.next()) {
+        (Some(finding), None) => Some(&finding.patch),
+        _ => None,
+    };
+    let annotated = |state: &State, rules: Vec<&str>| {
+        let Some(value) = &state.value else {
+            return Vec::new();
+        };
+        let mut patch = match only_change {
+            Some(patch) => patch.clone(),
+            None => prefixed(&spec_pointer, diff::diff(&ran.original_value, value)),
+        };
+        if !patch.is_empty() {
+            patch.push(mutated_annotation_op(
+                scope.object,
+                scope.target.metadata,
+                &scope.meta.annotations,
+                &rules,
+            ));
+        }
+        patch
+    };
+    let repair = annotated(&ran.repaired, changed_by(&ran.findings, false));
+    // While the states are one, every rule that changed something enforces.
+    let patch = match &ran.applied {
+        None => repair.clone(),
+        Some(enforced) => annotated(enforced, changed_by(&ran.findings, true)),
+    };
+    (patch, repair)
+}
+
+/// The rules whose finding changed something (enforce-mode ones only, if asked).
+fn changed_by(findings: &[Finding], enforced_only: bool) -> Vec<&'static str> {
+    findings
+        .iter()
+        .filter(|f| !f.patch.is_empty() && (!enforced_only || f.mode == Mode::Enforce))
+        .map(|f| f.rule)
+        .collect()
+}
+
+/// The outcome of a review that ran rules, unless its patches do not apply to the object
+/// as sent (see [`applies`]).
+pub(super) fn finish(
+    target: &'static Target,
+    object: &Value,
+    findings: Vec<Finding>,
+    patch: Vec<PatchOperation>,
+    repair: Vec<PatchOperation>,
+) -> Outcome {
+    if let Err(reason) = applies(object, &patch, &repair) {
+        return Outcome::skipped(Some(target), reason);
+    }
+    Outcome {
+        target: Some(target),
+        skipped: None,
+        findings,
+        patch,
+        repair,
+    }
+}
+
+/// The patches are diffs of typed objects, where a field the API requires but the object
+/// lacks (a volumeMount without mountPath) reads as "": such a patch names paths the object
+/// does not have, and the API server would fail the request with an internal error. Leave
+/// the object to its validation, which says what is missing.
+fn applies(
+    object: &Value,
+    patch: &[PatchOperation],
+    repair: &[PatchOperation],
+) -> Result<(), Skip> {
+    let differs = patch != repair;
+    for candidate in std::iter::once(repair).chain(differs.then_some(patch)) {
+        if let Err(error) = json_patch::patch(&mut object.clone(), candidate) {
+            return Err(Skip::UndecodablePodSpec(format!(
+                "the repair does not apply to the object as sent: {error}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The `add` operation that records the rules that changed the object, keeping rules
+/// recorded by an earlier pass (a template's repair carried into its pods).
+fn mutated_annotation_op(
+    object: &Value,
+    metadata_pointer: &str,
+    annotations: &BTreeMap<String, String>,
+    changed_by: &[&str],
+) -> PatchOperation {
+    let mut rules: Vec<String> = annotations
+        .get(MUTATED_ANNOTATION)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    for rule in changed_by {
+        if !rules.iter().any(|r| r == rule) {
+            rules.push((*rule).to_string());
+        }
+    }
+    let value = Value::String(rules.join(","));
+    let metadata = object.pointer(metadata_pointer);
+    let (path, value) = match metadata {
+        Some(meta) if meta.get("annotations").is_some_and(Value::is_object) => {
+            let mut path = parse_pointer(metadata_pointer);
+            path.push_back("annotations");
+            path.push_back(MUTATED_ANNOTATION);
+            (path, value)
+        }
+        Some(meta) if meta.is_object() => {
+            let mut path = parse_pointer(metadata_pointer);
+            path.push_back("annotations");
+            (path, single_entry(MUTATED_ANNOTATION, value))
+        }
+        _ => (
+            parse_pointer(metadata_pointer),
+            single_entry("annotations", single_entry(MUTATED_ANNOTATION, value)),
+        ),
+    };
+    PatchOperation::Add(json_patch::AddOperation { path, value })
+}
+
+fn single_entry(key: &str, value: Value) -> Value {
+    let mut map = Map::new();
+    map.insert(key.to_string(), value);
+    Value::Object(map)
+}
+
+/// `patch` with `prefix` put before every path (a spec's patch made one of the object).
+pub(super) fn prefixed(prefix: &Pointer, patch: json_patch::Patch) -> Vec<PatchOperation> {
+    patch
+        .0
+        .into_iter()
+        .map(|mut op| {
+            let path = match &mut op {
+                PatchOperation::Add(o) => &mut o.path,
+                PatchOperation::Remove(o) => &mut o.path,
+                PatchOperation::Replace(o) => &mut o.path,
+                PatchOperation::Move(o) => &mut o.path,
+                PatchOperation::Copy(o) => &mut o.path,
+                PatchOperation::Test(o) => &mut o.path,
+            };
+            *path = prefix.concat(path);
+            op
+        })
+        .collect()
+}
+
+/// Pointers in the target table are constants; an invalid one is a programming error that
+/// the target tests catch, so fall back to the root rather than panic.
+pub(super) fn parse_pointer(text: &str) -> PointerBuf {
+    PointerBuf::parse(text).unwrap_or_default()
+}
+
+pub(super) fn to_json(typed: &impl Serialize) -> Value {
+    // Serializing a k8s-openapi type into a Value cannot fail (string keys, no custom errors).
+    serde_json::to_value(typed).unwrap_or(Value::Null)
+}

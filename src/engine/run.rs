@@ -1,0 +1,116 @@
+//! Running the pod spec rules on a spec in scope: which rules are active, each rule's repair
+//! of a typed copy of the spec, and its finding with its own patch.
+//!
+//! Two states advance through the rules: what every rule would apply (the repair `audit`
+//! shows) and what enforce-mode rules apply (the webhook's patch). They are one and the same
+//! until a rule that only warns changes something, so nothing is cloned in the common case.
+
+use k8s_openapi::api::core::v1::PodSpec;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::patch::{parse_pointer, prefixed, to_json};
+use super::scope::InScope;
+use super::{Engine, Finding, Skip, diff};
+use crate::cluster::ClusterView;
+use crate::config::Mode;
+use crate::rules::{Rule, RuleContext};
+
+/// The rules that may act on the spec: not off for its kind of target, not skipped by its
+/// annotations, and whose cheap look at the raw spec found something.
+pub(super) fn active<'e>(engine: &'e Engine, scope: &InScope<'_>) -> Vec<(&'e dyn Rule, Mode)> {
+    engine
+        .rules
+        .iter()
+        .map(|rule| {
+            let mode = rule.modes().for_target(scope.target.is_template());
+            (rule.as_ref(), mode)
+        })
+        .filter(|(rule, mode)| {
+            *mode != Mode::Off
+                && !scope.skipped_rules.contains(rule.id())
+                && rule.may_apply(scope.raw_spec, &scope.meta)
+        })
+        .collect()
+}
+
+/// A pod spec as the rules left it, with its JSON form once a rule has changed it
+/// (`None`: unchanged, the original's).
+pub(super) struct State {
+    spec: PodSpec,
+    pub value: Option<Value>,
+}
+
+/// What the rules did to the spec.
+pub(super) struct Ran {
+    pub findings: Vec<Finding>,
+    /// The spec as decoded, serialized: what the states are diffed against.
+    pub original_value: Value,
+    /// Every rule's repair applied.
+    pub repaired: State,
+    /// Enforce-mode repairs only, once a warn-mode rule changed something; `None` while
+    /// the two are one.
+    pub applied: Option<State>,
+}
+
+/// Runs `active` on the typed spec, in registry order. A spec that does not decode is left
+/// to the API server's validation, which says what is wrong.
+pub(super) fn run(
+    active: Vec<(&dyn Rule, Mode)>,
+    scope: &InScope<'_>,
+    cluster: &dyn ClusterView,
+) -> Result<Ran, Skip> {
+    let original = PodSpec::deserialize(scope.raw_spec)
+        .map_err(|error| Skip::UndecodablePodSpec(error.to_string()))?;
+    let spec_pointer = parse_pointer(scope.target.spec);
+    let cx = RuleContext {
+        namespace: scope.namespace,
+        cluster,
+    };
+    let mut ran = Ran {
+        original_value: to_json(&original),
+        repaired: State {
+            spec: original,
+            value: None,
+        },
+        applied: None,
+        findings: Vec::new(),
+    };
+    for (rule, mode) in active {
+        let mut candidate = ran.repaired.spec.clone();
+        let messages = rule.repair(&mut candidate, &scope.meta, &cx);
+        let candidate_value = to_json(&candidate);
+        let before = ran.repaired.value.as_ref().unwrap_or(&ran.original_value);
+        let patch = prefixed(&spec_pointer, diff::diff(before, &candidate_value));
+        if messages.is_empty() && patch.is_empty() {
+            continue;
+        }
+        let previous = std::mem::replace(
+            &mut ran.repaired,
+            State {
+                spec: candidate,
+                value: Some(candidate_value),
+            },
+        );
+        if !patch.is_empty() {
+            match (&mut ran.applied, mode) {
+                // An enforce-mode rule after the states parted: apply it to what is applied.
+                (Some(enforced), Mode::Enforce) => {
+                    rule.repair(&mut enforced.spec, &scope.meta, &cx);
+                    enforced.value = Some(to_json(&enforced.spec));
+                }
+                // A rule that only warns changed something: the states part here.
+                (None, mode) if mode != Mode::Enforce => ran.applied = Some(previous),
+                _ => {}
+            }
+        }
+        ran.findings.push(Finding {
+            rule: rule.id(),
+            mode,
+            messages,
+            advice: rule.info().help,
+            patch,
+        });
+    }
+    Ok(ran)
+}
