@@ -202,7 +202,8 @@ def cases() -> dict[str, dict[str, Any]]:
                     "resources": ["cpu", "memory", "ephemeral-storage"],
                     "limitFromRequest": False,
                 },
-                "dindRm": {"policy": "deny", "sidecarMode": "container", "guardImage": "registry.example/podmend:1"},
+                "dindRm": {"policy": "deny", "minAge": "90s", "maxExited": 0, "nodeAgents": "guard", "sidecarMode": "container",
+                           "guardImage": "registry.example/podmend:1", "daemonImages": ["registry.example/ci/dind:*"]},
             }
         },
         "namespace-selector-extras": {

@@ -181,8 +181,9 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
         assert ar[key] == rules["agentRequests"][key]
     # dind-rm: exactly the keys podmend's config has for it, nothing the schema of this
     # podmend version would refuse.
-    assert set(dr) == {"mode", "templates", "policy", "sidecarMode", "guardImage"}
-    assert dr["policy"] == rules["dindRm"]["policy"] and dr["sidecarMode"] == rules["dindRm"]["sidecarMode"]
+    assert set(dr) == {"mode", "templates", "policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "guardImage", "daemonImages"}
+    for key in ("policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "daemonImages"):
+        assert dr[key] == rules["dindRm"][key], f"{case}: dind-rm {key}"
     image = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert dr["guardImage"] == (rules["dindRm"]["guardImage"] or image), "the guard defaults to the webhook's own image"
     if "virtual-node-phase" in config["rules"]:
@@ -603,7 +604,14 @@ JOB_KEYS = {"reports": "reports", "storm-cleanup": "stormCleanup"}
         pytest.param({"tls": {"self": {"renewBeforeDays": 0}}}, ["/tls/self/renewBeforeDays", "minimum"], id="renew-before-0"),
         pytest.param({"replicaCount": "2"}, ["/replicaCount", "integer"], id="replicas-string"),
         pytest.param({"rules": {"nodeAffinity": {"mode": "fix"}}}, ["/rules/nodeAffinity/mode", "enforce"], id="rule-mode"),
-        pytest.param({"rules": {"dindRm": {"policy": "keep"}}}, ["/rules/dindRm/policy", "rm"], id="dind-policy"),
+        pytest.param({"rules": {"dindRm": {"policy": "keep"}}}, ["/rules/dindRm/policy", "collect", "rm"], id="dind-policy"),
+        pytest.param({"rules": {"dindRm": {"minAge": "5 minutes"}}}, ["/rules/dindRm/minAge"], id="dind-min-age-words"),
+        pytest.param({"rules": {"dindRm": {"minAge": 300}}}, ["/rules/dindRm/minAge", "string"], id="dind-min-age-number"),
+        pytest.param({"rules": {"dindRm": {"maxExited": -1}}}, ["/rules/dindRm/maxExited", "minimum"], id="dind-max-exited-negative"),
+        pytest.param({"rules": {"dindRm": {"nodeAgents": "ignore"}}}, ["/rules/dindRm/nodeAgents", "skip", "guard"], id="dind-node-agents"),
+        pytest.param({"rules": {"dindRm": {"daemonImages": ["*"]}}}, ["/rules/dindRm/daemonImages/0"], id="dind-daemon-images-all"),
+        pytest.param({"rules": {"dindRm": {"daemonImages": ["docker:2?-dind"]}}}, ["/rules/dindRm/daemonImages/0"], id="dind-daemon-images-wildcard"),
+        pytest.param({"rules": {"dindRm": {"guardImage": "my image"}}}, ["/rules/dindRm/guardImage"], id="dind-guard-image-space"),
         pytest.param({"rules": {"virtualNodePhase": {"mode": "deny"}}}, ["/rules/virtualNodePhase/mode"], id="vnp-deny"),
         pytest.param({"rules": {"agentRequests": {"resources": ["nvidia.com/gpu"]}}}, ["/rules/agentRequests/resources/0"], id="gpu-zeroed"),
         pytest.param({"rules": {"agentRequests": {"presets": ["gitlab"]}}}, ["/rules/agentRequests/presets/0"], id="unknown-preset"),
