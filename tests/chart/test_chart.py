@@ -196,7 +196,7 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
 def test_the_webhooks_call_the_service_and_routes_podmend_serves(rendered):
     _, values, docs, _, namespace = rendered
     routes = route_constants()
-    service = one(docs, "Service")
+    service = one(webhook_objects(docs), "Service")
     deployment = one(docs, "Deployment")
     pod = deployment["spec"]["template"]
     container = one_container(deployment)
@@ -225,11 +225,16 @@ def test_the_webhooks_call_the_service_and_routes_podmend_serves(rendered):
     assert container["livenessProbe"]["httpGet"] == {"path": routes["HEALTHZ"], "port": "metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": routes["READYZ"], "port": "metrics"}
 
+    # Each ServiceMonitor selects exactly one Service (the webhook's, or the reaper's), and a
+    # port of it, at the metrics route.
+    services = by_kind(docs, "Service")
     for monitor in by_kind(docs, "ServiceMonitor"):
         endpoint = monitor["spec"]["endpoints"][0]
         assert endpoint["path"] == routes["METRICS"]
-        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        selected = [s for s in services if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        assert len(selected) == 1, f"{monitor['metadata']['name']} selects {[s['metadata']['name'] for s in selected]}"
+        assert endpoint["port"] in {p["name"] for p in selected[0]["spec"]["ports"]}
+        assert component(monitor) == component(selected[0])
 
     # the helm test pod calls the same Service and routes
     test_pod = next(d for d in by_kind(docs, "Pod") if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test")
@@ -456,7 +461,7 @@ def test_tls_mode_wiring(rendered):
         assert not tls_mount.get("readOnly", False)
         env = {e["name"]: e for e in container["env"]}
         assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-        service = one(docs, "Service")["metadata"]["name"]
+        service = one(webhook_objects(docs), "Service")["metadata"]["name"]
         self_flags = [a for a in args if a.startswith(("--tls-self-manage", "--tls-secret", "--webhook-configurations", "--tls-service"))]
         assert self_flags == [
             "--tls-self-manage",
@@ -499,7 +504,7 @@ def test_tls_mode_wiring(rendered):
         for config in configs:
             assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{namespace}/{serving['metadata']['name']}"
             assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
-        service = one(docs, "Service")["metadata"]["name"]
+        service = one(webhook_objects(docs), "Service")["metadata"]["name"]
         assert f"{service}.{namespace}.svc" in serving["spec"]["dnsNames"]
         assert serving["spec"]["duration"] == tls["certManager"]["duration"]
         assert serving["spec"]["renewBefore"] == tls["certManager"]["renewBefore"]
@@ -550,7 +555,15 @@ def test_client_ca_wiring(rendered):
 
 def test_optional_monitoring_objects(rendered):
     _, values, docs, _, _ = rendered
-    assert bool(by_kind(docs, "ServiceMonitor")) == values["metrics"]["serviceMonitor"]["enabled"]
+    assert bool(by_kind(webhook_objects(docs), "ServiceMonitor")) == values["metrics"]["serviceMonitor"]["enabled"]
+    # The reaper's metrics are scraped under the same switch, with the same settings.
+    reaper_monitors = [d for d in by_kind(docs, "ServiceMonitor") if component(d) == "reaper"]
+    assert bool(reaper_monitors) == (values["metrics"]["serviceMonitor"]["enabled"] and values["reaper"]["enabled"])
+    for monitor in reaper_monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["interval"] == values["metrics"]["serviceMonitor"]["interval"]
+        assert endpoint["scrapeTimeout"] == values["metrics"]["serviceMonitor"]["scrapeTimeout"]
+        assert values["metrics"]["serviceMonitor"]["labels"].items() <= monitor["metadata"]["labels"].items()
     dashboards = [d for d in by_kind(docs, "ConfigMap") if "podmend.json" in d.get("data", {})]
     assert bool(dashboards) == values["metrics"]["dashboard"]["enabled"]
     for dashboard in dashboards:
