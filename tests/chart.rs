@@ -6,13 +6,22 @@
 //! `src/server/paths.rs`, evaluate the webhooks' `matchConditions` with a CEL engine
 //! (`cel-expr-python`), run the `helm test` script against this build's `podmend serve`,
 //! and lint the release workflow and the `Dockerfile` (actionlint, ShellCheck, hadolint).
-//! `scripts/test` installs `tests/requirements.txt` into `.venv`; this test never skips:
+//! The tests below them read the config the chart renders with podmend's own parser
+//! ([`Config::from_yaml`]): the chart's defaults are podmend's, and every rule value reaches
+//! the config key of the same meaning. `scripts/test` installs `tests/requirements.txt` into `.venv`; this test never skips:
 //! without them it fails and says how to get them.
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
+
+use podmend::config::Config;
+use serde_json::{Value, json};
+
+const RELEASE: &str = "podmend";
+const NAMESPACE: &str = "podmend-system";
 
 /// Every kind with a pod template in podmend's kinds table, as `group/resource` separated by
 /// commas: the chart's webhook rules must name exactly these (`tests/chart/test_chart.py`).
@@ -60,4 +69,177 @@ fn the_chart_renders_lints_and_keeps_its_invariants() {
         "the chart tests failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
+}
+
+/// The config the chart renders for `values`, read by podmend's own parser, and the values
+/// the release uses (the chart's defaults with `values` on top).
+fn rendered_config(values: &Value) -> (Config, Value) {
+    let render = common::chart::render(values, RELEASE, NAMESPACE);
+    let text = render
+        .of_kind("ConfigMap")
+        .into_iter()
+        .find_map(|c| c["data"]["config.yaml"].as_str())
+        .expect("the config ConfigMap")
+        .to_string();
+    let config = Config::from_yaml(&text, "the chart's ConfigMap")
+        .unwrap_or_else(|e| panic!("podmend refuses the chart's config: {e}\n{text}"));
+    (config, render.values)
+}
+
+/// A rule's key in the chart's values, as podmend names the rule: `dindRm` is `dind-rm`.
+fn podmend_name(chart_key: &str) -> String {
+    let mut name = String::new();
+    for c in chart_key.chars() {
+        if c.is_ascii_uppercase() {
+            name.push('-');
+        }
+        name.push(c.to_ascii_lowercase());
+    }
+    name
+}
+
+fn keys(object: &Value) -> BTreeSet<String> {
+    object
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_chart_defaults_are_podmends_defaults() {
+    // The guard image is the chart's own (ghcr.io/podmend/podmend:<appVersion>, the crate's
+    // version: tests/chart/test_chart.py), and the chart excludes kube-system and its namespace.
+    let (config, _) = rendered_config(&json!({}));
+    let expected = Config {
+        exclude_namespaces: vec!["kube-system".to_string(), NAMESPACE.to_string()],
+        ..Config::default()
+    };
+    assert_eq!(config, expected);
+}
+
+/// Each rule value of the chart at something other than its default: (chart rule, key, value).
+fn non_defaults() -> Vec<(&'static str, &'static str, Value)> {
+    vec![
+        ("nodeAffinity", "mode", json!("warn")),
+        ("nodeAffinity", "templates", json!("enforce")),
+        ("nodeAffinity", "tolerateNodeTaints", json!(false)),
+        (
+            "nodeAffinity",
+            "ignoreTaints",
+            json!(["example.com/maintenance"]),
+        ),
+        ("agentRequests", "mode", json!("deny")),
+        ("agentRequests", "templates", json!("deny")),
+        ("agentRequests", "presets", json!(["jenkins-agent"])),
+        (
+            "agentRequests",
+            "selectors",
+            json!([{"matchLabels": {"app": "ci-agent"}}]),
+        ),
+        ("agentRequests", "resources", json!(["ephemeral-storage"])),
+        ("agentRequests", "limitFromRequest", json!(false)),
+        ("dindRm", "mode", json!("warn")),
+        ("dindRm", "templates", json!("enforce")),
+        ("dindRm", "policy", json!("rm")),
+        ("dindRm", "minAge", json!("90s")),
+        ("dindRm", "maxExited", json!(3)),
+        ("dindRm", "nodeAgents", json!("guard")),
+        ("dindRm", "sidecarMode", json!("container")),
+        ("dindRm", "guardImage", json!("registry.example/podmend:1")),
+        (
+            "dindRm",
+            "daemonImages",
+            json!(["registry.example/ci/dind:*"]),
+        ),
+        ("virtualNodePhase", "mode", json!("warn")),
+        (
+            "virtualNodePhase",
+            "nodeSelector",
+            json!({"kubernetes.azure.com/managed": "false"}),
+        ),
+    ]
+}
+
+/// Every (rule, key) whose value differs between two configs, with the value in `changed`.
+fn differences(base: &Config, changed: &Config) -> Vec<(String, String, Value)> {
+    let base = serde_json::to_value(&base.rules).expect("the rules as JSON");
+    let changed = serde_json::to_value(&changed.rules).expect("the rules as JSON");
+    let mut found = Vec::new();
+    for (rule, fields) in changed.as_object().into_iter().flatten() {
+        for (key, value) in fields.as_object().into_iter().flatten() {
+            if base[rule][key] != *value {
+                found.push((rule.clone(), key.clone(), value.clone()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn every_rule_value_reaches_the_config_key_of_the_same_meaning() {
+    // The chart's rules are podmend's, each with podmend's keys; the table covers them all.
+    let (_, effective) = rendered_config(&json!({}));
+    let defaults = serde_json::to_value(Config::default().rules).expect("the defaults as JSON");
+    let chart_rules = effective["rules"].as_object().expect("rules in the values");
+    let chart_names: BTreeSet<String> = chart_rules.keys().map(|k| podmend_name(k)).collect();
+    assert_eq!(
+        chart_names,
+        keys(&defaults),
+        "the chart's rules are podmend's"
+    );
+    let table = non_defaults();
+    for (chart_key, chart_rule) in chart_rules {
+        let name = podmend_name(chart_key);
+        assert_eq!(
+            keys(chart_rule),
+            keys(&defaults[&name]),
+            "rules.{chart_key} in the chart and rules.{name} in podmend's config"
+        );
+        let covered: BTreeSet<String> = table
+            .iter()
+            .filter(|(rule, _, _)| rule == chart_key)
+            .map(|(_, key, _)| key.to_string())
+            .collect();
+        assert_eq!(
+            covered,
+            keys(chart_rule),
+            "non_defaults() covers rules.{chart_key}"
+        );
+    }
+
+    // Changing one value changes that key of the config, to that value, and nothing else:
+    // a value the chart dropped, wrote under another key or into another rule would show.
+    // virtual-node-phase is written only while it is on, so its other keys are changed on
+    // top of mode warn.
+    let vnp_on = json!({"rules": {"virtualNodePhase": {"mode": "warn"}}});
+    let (default_config, _) = rendered_config(&json!({}));
+    let (vnp_config, _) = rendered_config(&vnp_on);
+    let mut problems = Vec::new();
+    for (chart_key, key, value) in table {
+        let (mut values, base) = if chart_key == "virtualNodePhase" && key != "mode" {
+            (vnp_on.clone(), &vnp_config)
+        } else {
+            (json!({"rules": {}}), &default_config)
+        };
+        values["rules"][chart_key][key] = value.clone();
+        let (config, effective) = rendered_config(&values);
+        // The value as the release has it: Helm merges a map into the default map.
+        let value = &effective["rules"][chart_key][key];
+        let expected = vec![(podmend_name(chart_key), key.to_string(), value.clone())];
+        let found = differences(base, &config);
+        if found != expected {
+            problems.push(format!(
+                "rules.{chart_key}.{key}: {value} changed {found:?} in podmend's config, not {expected:?}"
+            ));
+        }
+    }
+    // And webhook.skipNamespaces, the chart's other config key, reaches excludeNamespaces.
+    let (config, _) = rendered_config(&json!({"webhook": {"skipNamespaces": ["ci-system"]}}));
+    if config.exclude_namespaces != ["kube-system", NAMESPACE, "ci-system"] {
+        problems.push(format!(
+            "webhook.skipNamespaces [ci-system] gave excludeNamespaces {:?}",
+            config.exclude_namespaces
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

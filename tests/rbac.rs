@@ -9,7 +9,9 @@
 //! A component is one entry of [`COMPONENTS`]: the chart values that turn it on, the workload
 //! that runs it, how its run ends, and the scenarios that exercise it (each seeds the stub
 //! and checks the run did its job, so that the requests are the ones a real run sends).
-//! Adding one is appending an entry.
+//! Adding one is appending an entry. The container runs with its env as the kubelet resolves
+//! it (downward API fields, `$(NAME)` in args); a `--upstream` on a unix socket (the node's
+//! Docker socket the reaper mounts) is a real dockerd's (`tests/common/dockerd.rs`).
 
 mod common;
 #[path = "common/rbac.rs"]
@@ -24,13 +26,17 @@ use std::time::{Duration, Instant};
 
 use common::api_stub::{ApiStub, Call};
 use common::chart::{Render, render};
+use common::dockerd::{self, text};
 use common::storm::{NS, fixture, healthy, storm};
 use rbac::{Policy, Request, User, justifications};
 use serde_json::{Value, json};
+use tokio::io::AsyncReadExt as _;
 
 const BIN: &str = env!("CARGO_BIN_EXE_podmend");
 const RELEASE: &str = "podmend";
 const NAMESPACE: &str = "podmend-system";
+/// The node a DaemonSet's pod runs on (the downward API's `spec.nodeName`).
+const NODE: &str = "ci-worker-1";
 
 /// Which rendered workload runs a component.
 #[derive(Debug, Clone, Copy)]
@@ -51,8 +57,12 @@ pub enum Finish {
     /// A server: it is stopped once `/readyz` on its `--metrics-listen` port answers 200
     /// and it had `settle` to finish what it does after that.
     Ready { settle: Duration },
-    /// A loop without a readiness port (a node agent): stopped after this long.
-    RunsFor(Duration),
+    /// A loop that reports each pass on stdout (a node agent): stopped once it printed
+    /// `text` (its pass is done), failed if it has not within `within`.
+    Printed {
+        text: &'static str,
+        within: Duration,
+    },
 }
 
 /// One run of a component against a seeded stub.
@@ -195,6 +205,22 @@ pub const COMPONENTS: &[Component] = &[
             },
         }],
     },
+    Component {
+        name: "node reaper DaemonSet, with an image budget",
+        // A budget every daemon is over, so the image pass runs to its end (the images are
+        // in use or younger than imageMinAge: none goes).
+        values: || json!({"reaper": {"enabled": true, "imagesHigh": "1", "imagesLow": "0"}}),
+        workload: Workload::DaemonSet("reaper"),
+        finish: Finish::Printed {
+            text: "above the low mark",
+            within: Duration::from_secs(60),
+        },
+        scenarios: &[Scenario {
+            name: "removes the containers of its node's gone and finished pods, keeps a live one's",
+            seed: seed_reaper,
+            check: check_reaper,
+        }],
+    },
 ];
 
 // ---------------------------------------------------------------------------------------------
@@ -325,6 +351,78 @@ fn seed_storm(stub: &ApiStub, _: &Render) {
     stub.set_objects("pods", pods);
 }
 
+/// The node's containers for the reaper, one per owner pod: `(owner uid, container id)`.
+static REAPER_CONTAINERS: std::sync::Mutex<Vec<(String, String)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Owner pod UIDs of the reaper scenario: running on its node, finished there, gone.
+fn reaper_owners() -> [String; 3] {
+    let run = std::process::id();
+    ["alive", "finished", "gone"].map(|o| format!("{o}-{run}-0000-4000-8000-000000000001"))
+}
+
+/// The node's daemon (a real dockerd) with a container labelled as a guard labels it for each
+/// of a running pod, a finished pod and a pod that is gone; the API knows the first two.
+fn seed_reaper(stub: &ApiStub, _: &Render) {
+    let [alive, finished, gone] = reaper_owners();
+    let daemon = dockerd::shared();
+    let mut containers = Vec::new();
+    for owner in [&alive, &finished, &gone] {
+        let created = dockerd::run(
+            daemon
+                .docker()
+                .args(["create", "--pull=never", "--network=none", "--label"])
+                .arg(format!("podmend.io/owner-pod={owner}"))
+                .args(["busybox", "true"]),
+            None,
+            Duration::from_secs(60),
+        );
+        assert!(created.status.success(), "{}", text(&created.stderr));
+        containers.push((owner.clone(), text(&created.stdout).trim().to_string()));
+    }
+    *REAPER_CONTAINERS.lock().unwrap() = containers;
+    let pod = |name: &str, uid: &str, phase: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NS, "uid": uid},
+            "spec": {"nodeName": NODE, "containers": [{"name": "job", "image": "docker:27-cli"}]},
+            "status": {"phase": phase}})
+    };
+    stub.set_objects(
+        "pods",
+        vec![
+            pod("runner-alive", &alive, "Running"),
+            pod("runner-finished", &finished, "Succeeded"),
+        ],
+    );
+}
+
+fn check_reaper(_: &ApiStub, out: &Output) {
+    let [alive, ..] = reaper_owners();
+    let daemon = dockerd::shared();
+    for (owner, id) in REAPER_CONTAINERS.lock().unwrap().iter() {
+        let inspected = dockerd::run(
+            daemon.docker().args(["container", "inspect", id]),
+            None,
+            Duration::from_secs(30),
+        );
+        assert_eq!(
+            inspected.status.success(),
+            *owner == alive,
+            "{owner}'s container: kept only for the running pod\n{}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        if *owner != alive {
+            assert!(
+                out.stdout
+                    .contains(&format!("podmend.io/owner-pod={owner}")),
+                "{}",
+                out.stdout
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // running a component as the chart runs it
 
@@ -372,6 +470,10 @@ fn local_args(render: &Render, args: &[String], dir: &Path) -> (Vec<String>, Opt
                 let addr = free_port();
                 metrics = Some(addr);
                 format!("{flag}={addr}")
+            }
+            // The node's Docker socket, mounted from the host: here a real dockerd's.
+            "--upstream" if value.starts_with("unix://") => {
+                format!("{flag}={}", dockerd::shared().host())
             }
             _ if value.starts_with("/etc/podmend/") => {
                 let local = dir.join(value.trim_start_matches('/'));
@@ -435,12 +537,33 @@ async fn run_scenario(component: &Component, scenario: &Scenario, render: &Rende
     stub.clear_calls();
 
     let container = container(render, component.workload);
+    // The container's env as the kubelet resolves it: values, and the downward API fields
+    // the chart uses.
+    let mut env = BTreeMap::new();
+    for var in container["env"].as_array().into_iter().flatten() {
+        let name = var["name"].as_str().unwrap_or_default().to_string();
+        let value = match (
+            var["value"].as_str(),
+            var.pointer("/valueFrom/fieldRef/fieldPath"),
+        ) {
+            (Some(value), _) => value.to_string(),
+            (None, Some(field)) if field == "metadata.namespace" => NAMESPACE.to_string(),
+            (None, Some(field)) if field == "spec.nodeName" => NODE.to_string(),
+            (None, other) => panic!("{}: env {name} from {other:?}", component.name),
+        };
+        env.insert(name, value);
+    }
+    // The kubelet expands $(NAME) in args from the container's env.
     let args: Vec<String> = container["args"]
         .as_array()
         .map(|a| {
             a.iter()
                 .filter_map(Value::as_str)
-                .map(str::to_string)
+                .map(|arg| {
+                    env.iter().fold(arg.to_string(), |arg, (name, value)| {
+                        arg.replace(&format!("$({name})"), value)
+                    })
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -454,24 +577,36 @@ async fn run_scenario(component: &Component, scenario: &Scenario, render: &Rende
         .env("HOME", dir.path())
         // In the pod, the ServiceAccount's token; here, the stub's credentials stand for it.
         .env("KUBECONFIG", stub.kubeconfig_path())
+        .envs(&env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    for env in container["env"].as_array().into_iter().flatten() {
-        let name = env["name"].as_str().unwrap_or_default();
-        if let Some(value) = env["value"].as_str() {
-            command.env(name, value);
-        } else if env.pointer("/valueFrom/fieldRef/fieldPath") == Some(&json!("metadata.namespace"))
-        {
-            command.env(name, NAMESPACE);
-        }
-    }
     let mut child = command.spawn().expect("start podmend");
+    // What a component that reports on stdout printed before it was stopped.
+    let mut printed = String::new();
     match component.finish {
         Finish::Exits => {}
-        Finish::RunsFor(duration) => {
-            tokio::time::sleep(duration).await;
+        Finish::Printed { text, within } => {
+            let mut stdout = child.stdout.take().expect("stdout");
+            let deadline = tokio::time::Instant::now() + within;
+            let mut buffer = [0u8; 8192];
+            while !printed.contains(text) {
+                match tokio::time::timeout_at(deadline, stdout.read(&mut buffer)).await {
+                    Ok(Ok(0)) | Err(_) => break,
+                    Ok(Ok(n)) => printed.push_str(&String::from_utf8_lossy(&buffer[..n])),
+                    Ok(Err(error)) => panic!("{}: reading its stdout: {error}", component.name),
+                }
+            }
             child.start_kill().expect("stop podmend");
+            let _ = stdout.read_to_string(&mut printed).await;
+            if !printed.contains(text) {
+                let output = child.wait_with_output().await.expect("output");
+                panic!(
+                    "{}: podmend {args:?} did not print {text:?} within {within:?}:\n{printed}\n{}",
+                    component.name,
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
         }
         Finish::Ready { settle } => {
             let addr = metrics.expect("a --metrics-listen argument");
@@ -505,7 +640,7 @@ async fn run_scenario(component: &Component, scenario: &Scenario, render: &Rende
         .expect("podmend finished within 2 minutes")
         .expect("podmend's output");
     let out = Output {
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stdout: printed + &String::from_utf8_lossy(&output.stdout),
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     };
     if matches!(component.finish, Finish::Exits) {

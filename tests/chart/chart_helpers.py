@@ -108,8 +108,9 @@ def is_test_hook(doc: dict[str, Any]) -> bool:
     return (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"
 
 
-# The scheduled jobs' objects carry their component label (templates/_jobs.tpl).
-JOB_COMPONENTS = ("reports", "storm-cleanup")
+# The objects of the scheduled jobs and the node reaper carry their component label
+# (templates/_jobs.tpl, templates/reaper.yaml).
+COMPONENTS = ("reports", "storm-cleanup", "reaper")
 
 
 def component(doc: dict[str, Any]) -> str | None:
@@ -118,8 +119,8 @@ def component(doc: dict[str, Any]) -> str | None:
 
 
 def webhook_objects(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What `helm install` creates for the webhook: no `helm test` hooks, no job objects."""
-    return [d for d in docs if not is_test_hook(d) and component(d) not in JOB_COMPONENTS]
+    """What `helm install` creates for the webhook: no `helm test` hooks, no job or reaper objects."""
+    return [d for d in docs if not is_test_hook(d) and component(d) not in COMPONENTS]
 
 
 def one_container(deployment: dict[str, Any]) -> dict[str, Any]:
@@ -202,7 +203,8 @@ def cases() -> dict[str, dict[str, Any]]:
                     "resources": ["cpu", "memory", "ephemeral-storage"],
                     "limitFromRequest": False,
                 },
-                "dindRm": {"policy": "deny", "sidecarMode": "container", "guardImage": "registry.example/podmend:1"},
+                "dindRm": {"policy": "deny", "minAge": "90s", "maxExited": 0, "nodeAgents": "guard", "sidecarMode": "container",
+                           "guardImage": "registry.example/podmend:1", "daemonImages": ["registry.example/ci/dind:*"]},
             }
         },
         "namespace-selector-extras": {
@@ -266,6 +268,25 @@ def cases() -> dict[str, dict[str, Any]]:
                              "tolerations": [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]},
         },
         "jobs-no-rbac": {"reports": {"enabled": True}, "stormCleanup": {"enabled": True}, "rbac": {"create": False}},
+        # The node reaper with its defaults, and with every option (and the monitoring).
+        "reaper": {"reaper": {"enabled": True}},
+        "reaper-budget-dry-run-monitoring": {
+            "reaper": {
+                "enabled": True, "dockerSocket": "/run/docker.sock", "interval": "90s",
+                "imagesHigh": "100G", "imagesLow": "80Gi", "imageMinAge": "10m", "dryRun": True,
+                "metricsPort": 9100, "priorityClassName": "system-node-critical",
+                "nodeSelector": {"node.example/runtime": "docker"},
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "node.example/pool", "operator": "NotIn", "values": ["gpu"]}]}]}}},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ci", "effect": "NoSchedule"}],
+                "maxUnavailable": "20%",
+                "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}},
+            },
+            "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+            "imagePullSecrets": [{"name": "regcred"}],
+            "logFormat": "text",
+        },
+        "reaper-no-rbac": {"reaper": {"enabled": True}, "rbac": {"create": False}},
     }
 
 
@@ -276,6 +297,7 @@ RELEASES = {
     "tls-certManager": ("mend", "platform"),
     # fullname at its 40-character limit: the CronJob names must still fit 52.
     "jobs-namespaced-openreports-dry-run": ("podmend-release-named-at-the-forty-limit", "ops"),
+    "reaper-budget-dry-run-monitoring": ("ci-podmend", "platform"),
 }
 
 

@@ -181,8 +181,9 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
         assert ar[key] == rules["agentRequests"][key]
     # dind-rm: exactly the keys podmend's config has for it, nothing the schema of this
     # podmend version would refuse.
-    assert set(dr) == {"mode", "templates", "policy", "sidecarMode", "guardImage"}
-    assert dr["policy"] == rules["dindRm"]["policy"] and dr["sidecarMode"] == rules["dindRm"]["sidecarMode"]
+    assert set(dr) == {"mode", "templates", "policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "guardImage", "daemonImages"}
+    for key in ("policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "daemonImages"):
+        assert dr[key] == rules["dindRm"][key], f"{case}: dind-rm {key}"
     image = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert dr["guardImage"] == (rules["dindRm"]["guardImage"] or image), "the guard defaults to the webhook's own image"
     if "virtual-node-phase" in config["rules"]:
@@ -195,7 +196,7 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
 def test_the_webhooks_call_the_service_and_routes_podmend_serves(rendered):
     _, values, docs, _, namespace = rendered
     routes = route_constants()
-    service = one(docs, "Service")
+    service = one(webhook_objects(docs), "Service")
     deployment = one(docs, "Deployment")
     pod = deployment["spec"]["template"]
     container = one_container(deployment)
@@ -224,11 +225,16 @@ def test_the_webhooks_call_the_service_and_routes_podmend_serves(rendered):
     assert container["livenessProbe"]["httpGet"] == {"path": routes["HEALTHZ"], "port": "metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": routes["READYZ"], "port": "metrics"}
 
+    # Each ServiceMonitor selects exactly one Service (the webhook's, or the reaper's), and a
+    # port of it, at the metrics route.
+    services = by_kind(docs, "Service")
     for monitor in by_kind(docs, "ServiceMonitor"):
         endpoint = monitor["spec"]["endpoints"][0]
         assert endpoint["path"] == routes["METRICS"]
-        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        selected = [s for s in services if monitor["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]
+        assert len(selected) == 1, f"{monitor['metadata']['name']} selects {[s['metadata']['name'] for s in selected]}"
+        assert endpoint["port"] in {p["name"] for p in selected[0]["spec"]["ports"]}
+        assert component(monitor) == component(selected[0])
 
     # the helm test pod calls the same Service and routes
     test_pod = next(d for d in by_kind(docs, "Pod") if d["metadata"].get("annotations", {}).get("helm.sh/hook") == "test")
@@ -455,7 +461,7 @@ def test_tls_mode_wiring(rendered):
         assert not tls_mount.get("readOnly", False)
         env = {e["name"]: e for e in container["env"]}
         assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
-        service = one(docs, "Service")["metadata"]["name"]
+        service = one(webhook_objects(docs), "Service")["metadata"]["name"]
         self_flags = [a for a in args if a.startswith(("--tls-self-manage", "--tls-secret", "--webhook-configurations", "--tls-service"))]
         assert self_flags == [
             "--tls-self-manage",
@@ -498,7 +504,7 @@ def test_tls_mode_wiring(rendered):
         for config in configs:
             assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{namespace}/{serving['metadata']['name']}"
             assert all("caBundle" not in w["clientConfig"] for w in config["webhooks"])
-        service = one(docs, "Service")["metadata"]["name"]
+        service = one(webhook_objects(docs), "Service")["metadata"]["name"]
         assert f"{service}.{namespace}.svc" in serving["spec"]["dnsNames"]
         assert serving["spec"]["duration"] == tls["certManager"]["duration"]
         assert serving["spec"]["renewBefore"] == tls["certManager"]["renewBefore"]
@@ -549,7 +555,15 @@ def test_client_ca_wiring(rendered):
 
 def test_optional_monitoring_objects(rendered):
     _, values, docs, _, _ = rendered
-    assert bool(by_kind(docs, "ServiceMonitor")) == values["metrics"]["serviceMonitor"]["enabled"]
+    assert bool(by_kind(webhook_objects(docs), "ServiceMonitor")) == values["metrics"]["serviceMonitor"]["enabled"]
+    # The reaper's metrics are scraped under the same switch, with the same settings.
+    reaper_monitors = [d for d in by_kind(docs, "ServiceMonitor") if component(d) == "reaper"]
+    assert bool(reaper_monitors) == (values["metrics"]["serviceMonitor"]["enabled"] and values["reaper"]["enabled"])
+    for monitor in reaper_monitors:
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert endpoint["interval"] == values["metrics"]["serviceMonitor"]["interval"]
+        assert endpoint["scrapeTimeout"] == values["metrics"]["serviceMonitor"]["scrapeTimeout"]
+        assert values["metrics"]["serviceMonitor"]["labels"].items() <= monitor["metadata"]["labels"].items()
     dashboards = [d for d in by_kind(docs, "ConfigMap") if "podmend.json" in d.get("data", {})]
     assert bool(dashboards) == values["metrics"]["dashboard"]["enabled"]
     for dashboard in dashboards:
@@ -603,7 +617,14 @@ JOB_KEYS = {"reports": "reports", "storm-cleanup": "stormCleanup"}
         pytest.param({"tls": {"self": {"renewBeforeDays": 0}}}, ["/tls/self/renewBeforeDays", "minimum"], id="renew-before-0"),
         pytest.param({"replicaCount": "2"}, ["/replicaCount", "integer"], id="replicas-string"),
         pytest.param({"rules": {"nodeAffinity": {"mode": "fix"}}}, ["/rules/nodeAffinity/mode", "enforce"], id="rule-mode"),
-        pytest.param({"rules": {"dindRm": {"policy": "keep"}}}, ["/rules/dindRm/policy", "rm"], id="dind-policy"),
+        pytest.param({"rules": {"dindRm": {"policy": "keep"}}}, ["/rules/dindRm/policy", "collect", "rm"], id="dind-policy"),
+        pytest.param({"rules": {"dindRm": {"minAge": "5 minutes"}}}, ["/rules/dindRm/minAge"], id="dind-min-age-words"),
+        pytest.param({"rules": {"dindRm": {"minAge": 300}}}, ["/rules/dindRm/minAge", "string"], id="dind-min-age-number"),
+        pytest.param({"rules": {"dindRm": {"maxExited": -1}}}, ["/rules/dindRm/maxExited", "minimum"], id="dind-max-exited-negative"),
+        pytest.param({"rules": {"dindRm": {"nodeAgents": "ignore"}}}, ["/rules/dindRm/nodeAgents", "skip", "guard"], id="dind-node-agents"),
+        pytest.param({"rules": {"dindRm": {"daemonImages": ["*"]}}}, ["/rules/dindRm/daemonImages/0"], id="dind-daemon-images-all"),
+        pytest.param({"rules": {"dindRm": {"daemonImages": ["docker:2?-dind"]}}}, ["/rules/dindRm/daemonImages/0"], id="dind-daemon-images-wildcard"),
+        pytest.param({"rules": {"dindRm": {"guardImage": "my image"}}}, ["/rules/dindRm/guardImage"], id="dind-guard-image-space"),
         pytest.param({"rules": {"virtualNodePhase": {"mode": "deny"}}}, ["/rules/virtualNodePhase/mode"], id="vnp-deny"),
         pytest.param({"rules": {"agentRequests": {"resources": ["nvidia.com/gpu"]}}}, ["/rules/agentRequests/resources/0"], id="gpu-zeroed"),
         pytest.param({"rules": {"agentRequests": {"presets": ["gitlab"]}}}, ["/rules/agentRequests/presets/0"], id="unknown-preset"),

@@ -82,6 +82,22 @@ app.kubernetes.io/part-of: podmend
 {{- define "podmend.readyzPath" -}}/readyz{{- end }}
 {{- define "podmend.metricsPath" -}}/metrics{{- end }}
 
+{{/* The node reaper's objects (templates/reaper.yaml). */}}
+{{- define "podmend.reaperName" -}}{{ include "podmend.fullname" . }}-reaper{{- end }}
+{{/* Where the reaper mounts the node's Docker socket: where the guard mounts it (src/dind.rs HOST_SOCKET_DIR). */}}
+{{- define "podmend.reaperSocket" -}}/podmend/host/docker.sock{{- end }}
+
+{{/*
+A size as `guard reap --images-high` takes it (bytes, or a quantity with a decimal or binary
+suffix, as the schema allows), in bytes, as a float: for comparing the two marks.
+*/}}
+{{- define "podmend.bytes" -}}
+{{- $text := toString . }}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $text }}
+{{- $units := dict "" 1.0 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 }}
+{{- mulf (float64 $number) (get $units (trimPrefix $number $text)) }}
+{{- end }}
+
 {{/* Mount points in the webhook container. */}}
 {{- define "podmend.configDir" -}}/etc/podmend/config{{- end }}
 {{- define "podmend.tlsDir" -}}/etc/podmend/tls{{- end }}

@@ -9,9 +9,10 @@ its own ServiceAccount, its own least-privilege RBAC, its own CronJob.
 {{- define "podmend.stormsName" -}}{{ include "podmend.fullname" . }}-storms{{- end }}
 
 {{/*
-Labels of a job's objects. Call with (dict "ctx" $ "component" "reports"). The pods get no
-`app.kubernetes.io/name: podmend`: the webhook's Service, Deployment and PodDisruptionBudget
-select on it, and a job pod must never receive the API server's admission calls.
+Labels of a component's objects (the jobs here, the node reaper in reaper.yaml). Call with
+(dict "ctx" $ "component" "reports"). The pods get no `app.kubernetes.io/name: podmend`: the
+webhook's Service, Deployment and PodDisruptionBudget select on it, and a job or reaper pod
+must never receive the API server's admission calls.
 */}}
 {{- define "podmend.jobLabels" -}}
 {{ include "podmend.labels" .ctx }}
