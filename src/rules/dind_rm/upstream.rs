@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Container, EnvVar, PodSpec, VolumeMount};
 
-use super::daemon::{self, Move};
+use super::daemon::{self, MovedDaemon};
 use super::detection::{DEFAULT_SOCKETS, Slot, Survey};
 use crate::config::{DindRmConfig, SidecarMode};
 use crate::dind::{Address, GUARD_CONTAINER, GUARD_SOCKET, HOST_SOCKET_DIR};
@@ -37,7 +37,7 @@ pub(super) enum Plan {
 #[derive(Debug)]
 pub(super) struct RewritePlan {
     pub daemon: Slot,
-    pub moved: Move,
+    pub moved: MovedDaemon,
     /// The daemon's addresses that clients can reach, for the guard's `--listen`.
     pub listen: Vec<Address>,
     /// The daemon's mounts the guard copies: the shared socket's volume, the client
@@ -154,7 +154,13 @@ pub(super) fn plan(config: &DindRmConfig, spec: &PodSpec, survey: &Survey) -> Pl
 }
 
 /// The guard takes over every address of the daemon that a client can reach.
-fn rewrite(spec: &PodSpec, survey: &Survey, slot: Slot, daemon: &Container, moved: Move) -> Plan {
+fn rewrite(
+    spec: &PodSpec,
+    survey: &Survey,
+    slot: Slot,
+    daemon: &Container,
+    moved: MovedDaemon,
+) -> Plan {
     let clients: Vec<&Container> = survey.clients.iter().filter_map(|s| s.get(spec)).collect();
     let shared = |mount: &VolumeMount| {
         clients.iter().any(|c| {
