@@ -1,7 +1,8 @@
 //! The daemon rewrite: which addresses a Docker daemon container serves (read as the
 //! `docker:dind` entrypoint and dockerd read its command, args and environment), and the
 //! command that makes it listen only on the private socket, every other flag kept; or why it
-//! cannot be rewritten safely.
+//! cannot be rewritten safely. It reads one container: which clients reach those addresses,
+//! and so where the guard stands, is [`super::placement`]'s.
 //!
 //! The `docker:dind` entrypoint (`dockerd-entrypoint.sh`) with no arguments, or arguments
 //! that start with `-`, adds `--host=unix:///var/run/docker.sock` (or its `DOCKER_HOST`'s

@@ -1,7 +1,9 @@
 //! Injection: carries out a placement on the pod spec. Builds the guard container from a
 //! [`GuardCommand`] (its args are `GuardCommand::to_args()`), moves the daemon or the node's
 //! socket, adds podmend's volumes, and says what it did. Everything podmend adds is under
-//! `/podmend`, never under `/run` or `/var/run`, which pods mount emptyDirs over.
+//! `/podmend`, never under `/run` or `/var/run`, which pods mount emptyDirs over. It decides
+//! nothing: what goes where is [`super::placement`]'s, the guard's resources
+//! [`super::resources`]'.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -19,12 +21,12 @@ use super::mounts::{depth, mount_at, same_path};
 use super::names;
 use super::placement::{
     DOCKER_CERT_PATH, DOCKER_HOST, DOCKER_TLS_VERIFY, DaemonsPlace, FallbackPlace,
-    NodeSocketClient, NodeSocketPlace, Placement,
+    NodeSocketClient, NodeSocketPlace, Placement, node_socket_in_guard,
 };
 use crate::config::{DindRmConfig, SidecarMode};
 use crate::dind::{
     Address, DAEMON_SOCKET, DAEMON_SOCKET_DIR, DAEMON_SOCKET_VOLUME, GUARD_CONTAINER, GUARD_SOCKET,
-    GUARD_SOCKET_DIR, GUARD_SOCKET_VOLUME, GuardCommand, HOST_SOCKET_DIR, OWNER_UID_ENV, Policy,
+    GUARD_SOCKET_DIR, GUARD_SOCKET_VOLUME, GuardCommand, OWNER_UID_ENV, Policy,
 };
 
 /// The emptyDir the guard writes its TLS tree in when the daemon's certificate directory is
@@ -187,7 +189,7 @@ fn in_front_of_node_socket(
             client.mount.mount_path.trim_end_matches('/').to_string(),
         );
     }
-    let upstream = format!("{HOST_SOCKET_DIR}/docker.sock");
+    let upstream = node_socket_in_guard();
     let mounts = vec![
         mount(GUARD_SOCKET_VOLUME, GUARD_SOCKET_DIR),
         mount(&place.volume, &upstream),
@@ -275,7 +277,7 @@ fn between_clients_and_daemon(
     let mut mounts = vec![mount(GUARD_SOCKET_VOLUME, GUARD_SOCKET_DIR)];
     mounts.extend(place.mounts.iter().cloned());
     if let Some(volume) = &place.node_socket_volume {
-        mounts.push(mount(volume, &format!("{HOST_SOCKET_DIR}/docker.sock")));
+        mounts.push(mount(volume, &node_socket_in_guard()));
     }
     spec.volumes
         .get_or_insert_with(Vec::new)

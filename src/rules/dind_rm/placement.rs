@@ -596,9 +596,14 @@ fn to_a_mounted_socket(
     ))
 }
 
+/// Where the guard mounts the node's socket.
+pub(super) fn node_socket_in_guard() -> String {
+    format!("{HOST_SOCKET_DIR}/docker.sock")
+}
+
 /// Where the guard reaches the node's socket.
 fn node_socket_upstream() -> Address {
-    Address::Unix(format!("{HOST_SOCKET_DIR}/docker.sock").into())
+    Address::Unix(node_socket_in_guard().into())
 }
 
 /// What a client's `DOCKER_HOST` says, read as the docker CLI reads it.
