@@ -60,6 +60,20 @@ async fn assert_idempotent(server: &Server, object: &Value) {
     );
 }
 
+/// A repaired object: valid, and a second pass changes nothing.
+async fn assert_valid_and_idempotent(server: &Server, object: &Value) {
+    assert_valid(object);
+    assert_idempotent(server, object).await;
+}
+
+/// `podmend serve` with one setting of the rule (`key: value`) in its config file.
+fn server_with_dind_rm(setting: &str) -> Server {
+    Server::start(Options {
+        config: Some(format!("rules:\n  dind-rm:\n    {setting}\n")),
+        ..Options::default()
+    })
+}
+
 /// The input as the API server stores it without podmend: defaulted.
 fn defaulted(object: &Value) -> Value {
     let mut object = object.clone();
@@ -303,8 +317,7 @@ async fn every_dind_ci_pod_gets_the_guard_where_its_daemon_stood_and_its_clients
             mutated.split(',').any(|rule| rule == "dind-rm"),
             "{context}: {mutated}"
         );
-        assert_valid(&admitted.object);
-        assert_idempotent(&server, &admitted.object).await;
+        assert_valid_and_idempotent(&server, &admitted.object).await;
         repaired.push(admitted.object);
     }
     validate_with_schema(&repaired, true).expect("repaired pods pass the official schema");
@@ -396,8 +409,7 @@ async fn gitlab_s_tls_service_is_served_by_the_guard_on_2376_with_the_tls_tree_i
             .any(|w| w.contains("DOCKER_TLS_VERIFY, DOCKER_CERT_PATH of svc-0")),
         "{warnings:?}"
     );
-    assert_valid(&admitted.object);
-    assert_idempotent(&server, &admitted.object).await;
+    assert_valid_and_idempotent(&server, &admitted.object).await;
 }
 
 #[tokio::test]
@@ -487,10 +499,7 @@ async fn monitoring_daemon_sets_keep_the_node_s_socket_and_are_told_why() {
 
 #[tokio::test]
 async fn node_agents_are_guarded_when_the_config_says_so() {
-    let server = Server::start(Options {
-        config: Some("rules:\n  dind-rm:\n    nodeAgents: guard\n".to_string()),
-        ..Options::default()
-    });
+    let server = server_with_dind_rm("nodeAgents: guard");
     let pod = fixture_pod(
         "kubernetes-examples-newrelic-agent-daemonset-host-docker-sock.yaml",
         "newrelic",
@@ -505,8 +514,7 @@ async fn node_agents_are_guarded_when_the_config_says_so() {
             .collect::<Vec<_>>(),
         vec![mount("podmend-docker", "/var/run")]
     );
-    assert_valid(&admitted.object);
-    assert_idempotent(&server, &admitted.object).await;
+    assert_valid_and_idempotent(&server, &admitted.object).await;
 }
 
 #[tokio::test]
@@ -544,8 +552,7 @@ async fn tekton_s_digest_pinned_daemon_is_found_by_what_it_runs() {
         .filter_map(|c| c["name"].as_str())
         .collect();
     assert_eq!(init, [GUARD_CONTAINER, "prepare", "place-scripts"]);
-    assert_valid(&admitted.object);
-    assert_idempotent(&server, &admitted.object).await;
+    assert_valid_and_idempotent(&server, &admitted.object).await;
 }
 
 #[tokio::test]
@@ -562,8 +569,7 @@ async fn a_jenkins_agent_with_dind_keeps_the_guard_s_resources_as_dind_rm_set_th
     );
     // agent-requests still zeroed the agent's own container.
     assert_eq!(container(spec, "jnlp")["resources"]["requests"]["cpu"], "0");
-    assert_valid(&admitted.object);
-    assert_idempotent(&server, &admitted.object).await;
+    assert_valid_and_idempotent(&server, &admitted.object).await;
 }
 
 #[tokio::test]
@@ -636,17 +642,13 @@ async fn the_node_s_socket_moves_to_the_guard_whose_socket_the_client_finds_at_t
             mount("dockersock", "/podmend/host/docker.sock")
         ]
     );
-    assert_valid(&admitted.object);
-    assert_idempotent(&server, &admitted.object).await;
+    assert_valid_and_idempotent(&server, &admitted.object).await;
     validate_with_schema(&[admitted.object], true).expect("schema");
 }
 
 #[tokio::test]
 async fn in_warn_mode_nothing_moves_and_the_warning_says_what_would() {
-    let server = Server::start(Options {
-        config: Some("rules:\n  dind-rm:\n    mode: warn\n".to_string()),
-        ..Options::default()
-    });
+    let server = server_with_dind_rm("mode: warn");
     let pod = fixture_pod("jenkins-k8s-plugin-example-dood-pod-template.yaml", "dood");
     let admitted = admit(&server, &pod).await;
     assert!(!admitted.patched);
@@ -660,10 +662,7 @@ async fn in_warn_mode_nothing_moves_and_the_warning_says_what_would() {
 
 #[tokio::test]
 async fn container_mode_appends_the_guard_as_a_plain_container() {
-    let server = Server::start(Options {
-        config: Some("rules:\n  dind-rm:\n    sidecarMode: container\n".to_string()),
-        ..Options::default()
-    });
+    let server = server_with_dind_rm("sidecarMode: container");
     let pod = fixture_pod(
         "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
         "arc",
@@ -678,8 +677,7 @@ async fn container_mode_appends_the_guard_as_a_plain_container() {
         spec["initContainers"],
         defaulted(&pod)["spec"]["initContainers"]
     );
-    assert_valid(&admitted.object);
-    assert_idempotent(&server, &admitted.object).await;
+    assert_valid_and_idempotent(&server, &admitted.object).await;
 }
 
 #[tokio::test]

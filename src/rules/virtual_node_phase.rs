@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStatus, Pod, PodSpec, PodStatus,
+    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodSpec, PodStatus,
 };
 use serde_json::Value;
 
@@ -166,7 +166,8 @@ pub fn is_pending_with_every_container_running(pod: &Pod) -> bool {
 /// The kubelet's `getPhase` (K8S-FACTS §6.2, the `ContainerRestartRules` gate off), on the
 /// container statuses of the API object. `pod_is_terminal` and `pod_has_initialized` are the
 /// kubelet's own inputs; [`has_any_regular_container_started`] computes the latter from the
-/// API statuses.
+/// API statuses. As in the kubelet: count the regular init containers, the restartable ones
+/// (sidecars) and the regular containers, then decide from the counters.
 pub fn kubelet_phase(
     spec: &PodSpec,
     status: &PodStatus,
@@ -174,105 +175,139 @@ pub fn kubelet_phase(
     pod_has_initialized: bool,
 ) -> Phase {
     let lookup = StatusLookup::new(status);
-    let mut pending_regular_init = 0;
-    let mut failed_initialization = 0;
-    let mut pending_restartable = 0;
-    let (mut unknown, mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
-
+    let mut counters = PhaseCounters::default();
     for container in spec.init_containers.iter().flatten() {
         let status = lookup.status(&container.name);
-        let state = status.and_then(|s| s.state.as_ref());
-        let last_terminated = status
-            .and_then(|s| s.last_state.as_ref())
-            .and_then(|s| s.terminated.as_ref());
         if is_sidecar(container) {
-            let Some(status) = status else {
-                unknown += 1;
-                continue;
-            };
-            match state.map(state_kind) {
-                Some(StateKind::Running) => {
-                    if status.started != Some(true) {
-                        pending_restartable += 1;
-                    }
-                    running += 1;
-                }
-                // A terminated sidecar does not count towards the phase.
-                Some(StateKind::Terminated(_)) => {}
-                Some(StateKind::Waiting) if last_terminated.is_some() => {}
-                Some(StateKind::Waiting) => {
-                    pending_restartable += 1;
-                    waiting += 1;
-                }
-                Some(StateKind::None) | None => {
-                    pending_restartable += 1;
-                    unknown += 1;
-                }
-            }
-            continue;
-        }
-        if status.is_none() {
-            pending_regular_init += 1;
-            continue;
-        }
-        match state.map(state_kind) {
-            Some(StateKind::Running) => pending_regular_init += 1,
-            Some(StateKind::Terminated(exit_code)) => {
-                if exit_code != 0 {
-                    failed_initialization += 1;
-                }
-            }
-            Some(StateKind::Waiting) => match last_terminated {
-                Some(last) if last.exit_code != 0 => failed_initialization += 1,
-                Some(_) => {}
-                None => pending_regular_init += 1,
-            },
-            Some(StateKind::None) | None => pending_regular_init += 1,
+            counters.count_restartable_init_container(status);
+        } else {
+            counters.count_regular_init_container(status);
         }
     }
-
     for container in &spec.containers {
-        let Some(status) = lookup.status(&container.name) else {
-            unknown += 1;
-            continue;
+        counters.count_regular_container(lookup.status(&container.name));
+    }
+    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    counters.phase(restart_policy, pod_is_terminal, pod_has_initialized)
+}
+
+/// `getPhase`'s counters, each named as the kubelet names it.
+#[derive(Debug, Default)]
+struct PhaseCounters {
+    /// `pendingRegularInitContainers`
+    pending_regular_init: u32,
+    /// `failedInitialization`
+    failed_initialization: u32,
+    /// `pendingRestartableInitContainers`
+    pending_restartable: u32,
+    unknown: u32,
+    running: u32,
+    waiting: u32,
+    stopped: u32,
+    succeeded: u32,
+}
+
+impl PhaseCounters {
+    /// A regular init container: pending until it terminated; failed initialization when it
+    /// (or, waiting to retry, its last run) exited non-zero.
+    fn count_regular_init_container(&mut self, status: Option<&ContainerStatus>) {
+        let Some(status) = status else {
+            self.pending_regular_init += 1;
+            return;
         };
         match status.state.as_ref().map(state_kind) {
-            Some(StateKind::Running) => running += 1,
+            Some(StateKind::Running) => self.pending_regular_init += 1,
             Some(StateKind::Terminated(exit_code)) => {
-                stopped += 1;
-                if exit_code == 0 {
-                    succeeded += 1;
+                if exit_code != 0 {
+                    self.failed_initialization += 1;
                 }
             }
-            Some(StateKind::Waiting) => {
-                let last_terminated = status
-                    .last_state
-                    .as_ref()
-                    .and_then(|s| s.terminated.as_ref());
-                if last_terminated.is_some() {
-                    stopped += 1;
-                } else {
-                    waiting += 1;
-                }
-            }
-            Some(StateKind::None) | None => unknown += 1,
+            Some(StateKind::Waiting) => match last_terminated(status) {
+                Some(last) if last.exit_code != 0 => self.failed_initialization += 1,
+                Some(_) => {}
+                None => self.pending_regular_init += 1,
+            },
+            Some(StateKind::None) | None => self.pending_regular_init += 1,
         }
     }
 
-    let restart_policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    if failed_initialization > 0 && restart_policy == "Never" {
-        return Phase::Failed;
+    /// A restartable init container (a sidecar): running counts, not yet started is pending;
+    /// terminated, or waiting after a run, does not count towards the phase.
+    fn count_restartable_init_container(&mut self, status: Option<&ContainerStatus>) {
+        let Some(status) = status else {
+            self.unknown += 1;
+            return;
+        };
+        match status.state.as_ref().map(state_kind) {
+            Some(StateKind::Running) => {
+                if status.started != Some(true) {
+                    self.pending_restartable += 1;
+                }
+                self.running += 1;
+            }
+            Some(StateKind::Terminated(_)) => {}
+            Some(StateKind::Waiting) if last_terminated(status).is_some() => {}
+            Some(StateKind::Waiting) => {
+                self.pending_restartable += 1;
+                self.waiting += 1;
+            }
+            Some(StateKind::None) | None => {
+                self.pending_restartable += 1;
+                self.unknown += 1;
+            }
+        }
     }
-    if pending_regular_init > 0 || (pending_restartable > 0 && !pod_has_initialized) || waiting > 0
-    {
-        return Phase::Pending;
+
+    /// A regular container: running, stopped (terminated, or waiting after a run), waiting,
+    /// or unknown.
+    fn count_regular_container(&mut self, status: Option<&ContainerStatus>) {
+        let Some(status) = status else {
+            self.unknown += 1;
+            return;
+        };
+        match status.state.as_ref().map(state_kind) {
+            Some(StateKind::Running) => self.running += 1,
+            Some(StateKind::Terminated(exit_code)) => {
+                self.stopped += 1;
+                if exit_code == 0 {
+                    self.succeeded += 1;
+                }
+            }
+            Some(StateKind::Waiting) if last_terminated(status).is_some() => self.stopped += 1,
+            Some(StateKind::Waiting) => self.waiting += 1,
+            Some(StateKind::None) | None => self.unknown += 1,
+        }
     }
-    if running > 0 && unknown == 0 {
-        return Phase::Running;
+
+    /// The phase from the counters, in `getPhase`'s order (K8S-FACTS §6.2, results 1 to 5).
+    fn phase(
+        &self,
+        restart_policy: &str,
+        pod_is_terminal: bool,
+        pod_has_initialized: bool,
+    ) -> Phase {
+        if self.failed_initialization > 0 && restart_policy == "Never" {
+            return Phase::Failed;
+        }
+        if self.pending_regular_init > 0
+            || (self.pending_restartable > 0 && !pod_has_initialized)
+            || self.waiting > 0
+        {
+            return Phase::Pending;
+        }
+        if self.running > 0 && self.unknown == 0 {
+            return Phase::Running;
+        }
+        if self.running == 0 && self.stopped > 0 && self.unknown == 0 {
+            return self.stopped_phase(restart_policy, pod_is_terminal);
+        }
+        Phase::Pending
     }
-    if running == 0 && stopped > 0 && unknown == 0 {
-        let all_succeeded = stopped == succeeded;
-        return if pod_is_terminal {
+
+    /// Result 4: every container stopped (none running, none unknown).
+    fn stopped_phase(&self, restart_policy: &str, pod_is_terminal: bool) -> Phase {
+        let all_succeeded = self.stopped == self.succeeded;
+        if pod_is_terminal {
             if all_succeeded {
                 Phase::Succeeded
             } else {
@@ -286,9 +321,13 @@ pub fn kubelet_phase(
             Phase::Failed
         } else {
             Phase::Running
-        };
+        }
     }
-    Phase::Pending
+}
+
+/// The state a container's last run ended in (`lastState.terminated`), if any.
+fn last_terminated(status: &ContainerStatus) -> Option<&ContainerStateTerminated> {
+    status.last_state.as_ref()?.terminated.as_ref()
 }
 
 /// `HasAnyRegularContainerStarted` (`pkg/kubelet/container/helpers.go`) on the API statuses:

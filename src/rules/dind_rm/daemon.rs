@@ -1,7 +1,8 @@
 //! The daemon rewrite: which addresses a Docker daemon container serves (read as the
 //! `docker:dind` entrypoint and dockerd read its command, args and environment), and the
 //! command that makes it listen only on the private socket, every other flag kept; or why it
-//! cannot be rewritten safely.
+//! cannot be rewritten safely. It reads one container: which clients reach those addresses,
+//! and so where the guard stands, is [`super::placement`]'s.
 //!
 //! The `docker:dind` entrypoint (`dockerd-entrypoint.sh`) with no arguments, or arguments
 //! that start with `-`, adds `--host=unix:///var/run/docker.sock` (or its `DOCKER_HOST`'s
@@ -28,7 +29,7 @@ pub(super) const DAEMON_TLS_ENV: &[&str] = &["DOCKER_TLS_VERIFY", "DOCKER_CERT_P
 
 /// An address the daemon served.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Served {
+pub(super) struct ServedAddress {
     pub address: Address,
     /// For a TCP listener with the entrypoint's TLS: its `DOCKER_TLS_CERTDIR`.
     pub tls_certdir: Option<String>,
@@ -36,12 +37,12 @@ pub(super) struct Served {
 
 /// A daemon that can be moved to the private socket, and what it served before.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Move {
+pub(super) struct MovedDaemon {
     pub command: Option<Vec<String>>,
     pub args: Option<Vec<String>>,
     /// Environment variables set to "" (see [`DAEMON_TLS_ENV`]).
     pub blank_env: Vec<String>,
-    pub served: Vec<Served>,
+    pub served: Vec<ServedAddress>,
     /// The entrypoint's `DOCKER_TLS_SAN` names, for the guard's certificate.
     pub tls_sans: Vec<String>,
 }
@@ -53,6 +54,15 @@ enum Form {
     Entrypoint(usize),
     /// `dockerd` itself at this index, with its flags after it.
     Dockerd(usize),
+}
+
+impl Form {
+    /// Where the program that starts dockerd stands in the effective argv; its flags follow.
+    fn program(&self) -> usize {
+        match *self {
+            Form::Entrypoint(at) | Form::Dockerd(at) => at,
+        }
+    }
 }
 
 /// What an environment variable of the container is.
@@ -68,7 +78,33 @@ enum EnvState<'a> {
 pub(super) fn analyse(
     container: &Container,
     pod_security: Option<&PodSecurityContext>,
-) -> Result<Move, String> {
+) -> Result<MovedDaemon, String> {
+    check_readable(container, pod_security)?;
+    let argv = effective_argv(container)?;
+    let start = container.command.as_deref().map_or(0, program_index);
+    let form = form(&argv, start)?;
+    let flags = DockerdFlags::parse(&argv[form.program() + 1..])?;
+    let (mut served, tls_sans) = match form {
+        Form::Entrypoint(_) => served_by_entrypoint(container, &flags)?,
+        Form::Dockerd(_) => (served_by_dockerd(container, &flags)?, Vec::new()),
+    };
+    served.dedup_by(|a, b| a.address == b.address);
+    let (command, args) = rewritten_command(container, &argv, &form, flags.kept);
+    Ok(MovedDaemon {
+        command,
+        args,
+        blank_env: tls_env_to_blank(container),
+        served,
+        tls_sans,
+    })
+}
+
+/// Whether the pod spec alone says what the daemon serves: not rootless (rootlesskit
+/// forwards its ports), no `envFrom`, no `daemon.json` mounted.
+fn check_readable(
+    container: &Container,
+    pod_security: Option<&PodSecurityContext>,
+) -> Result<(), String> {
     let image = container.image.as_deref().unwrap_or("");
     if image.to_ascii_lowercase().contains("rootless") || runs_as_non_root(container, pod_security)
     {
@@ -86,7 +122,13 @@ pub(super) fn analyse(
             mount.mount_path
         ));
     }
-    // The argv as the container runs it; without a command, the image's entrypoint first.
+    Ok(())
+}
+
+/// The argv as the container runs it; without a command, the image's entrypoint first (known
+/// only for the docker image).
+fn effective_argv(container: &Container) -> Result<Vec<String>, String> {
+    let image = container.image.as_deref().unwrap_or("");
     let implicit = container.command.is_none();
     if implicit && !is_docker_image(image) {
         return Err(format!(
@@ -99,159 +141,189 @@ pub(super) fn analyse(
     }
     argv.extend(container.command.iter().flatten().cloned());
     argv.extend(container.args.iter().flatten().cloned());
-    let start = container.command.as_deref().map_or(0, program_index);
-    let form = form(&argv, start)?;
-    let (program_end, flags_start) = match form {
-        Form::Entrypoint(at) => (at, at + 1),
-        Form::Dockerd(at) => (at, at + 1),
-    };
-    let flags = Flags::parse(&argv[flags_start..])?;
-    let env = |name: &str| env_state(container, name);
-    let mut served = Vec::new();
-    let mut tls_sans = Vec::new();
-    match form {
-        Form::Entrypoint(_) => {
-            if flags.tls.is_some() || flags.tls_files {
-                return Err("it adds --tls flags after the entrypoint's".to_string());
-            }
-            let socket = match env("DOCKER_HOST") {
-                EnvState::Value(host) if host.trim().starts_with("unix://") => {
-                    parse_daemon_host(host)?
-                }
-                EnvState::Reference => {
-                    return Err("its DOCKER_HOST comes from valueFrom".to_string());
-                }
-                _ => Address::Unix(DEFAULT_SOCKET.into()),
-            };
-            let certdir = match env("DOCKER_TLS_CERTDIR") {
-                EnvState::Value(dir) => dir.trim().to_string(),
-                EnvState::Unset => default_certdir(image).to_string(),
-                EnvState::Reference => {
-                    return Err("its DOCKER_TLS_CERTDIR comes from valueFrom".to_string());
-                }
-            };
-            let tls = (!certdir.is_empty()).then_some(certdir);
-            let port = if tls.is_some() {
-                DOCKER_TLS_PORT
-            } else {
-                DOCKER_PORT
-            };
-            served.push(Served {
-                address: socket,
-                tls_certdir: None,
-            });
-            served.push(Served {
-                address: Address::Tcp {
-                    host: "0.0.0.0".to_string(),
-                    port,
-                },
-                tls_certdir: tls.clone(),
-            });
-            for host in &flags.hosts {
-                let address = parse_daemon_host(host)?;
-                let tls_certdir = matches!(address, Address::Tcp { .. })
-                    .then(|| tls.clone())
-                    .flatten();
-                served.push(Served {
-                    address,
-                    tls_certdir,
-                });
-            }
-            if tls.is_some()
-                && let EnvState::Value(sans) = env("DOCKER_TLS_SAN")
-            {
-                tls_sans = sans
-                    .split([',', ' '])
-                    .map(str::trim)
-                    .map(|san| {
-                        san.strip_prefix("DNS:")
-                            .or_else(|| san.strip_prefix("IP:"))
-                            .unwrap_or(san)
-                    })
-                    .filter(|san| !san.is_empty())
-                    .map(str::to_string)
-                    .collect();
-            }
-        }
-        Form::Dockerd(_) => {
-            let verify_env = match env("DOCKER_TLS_VERIFY") {
-                EnvState::Value(value) => Some(!value.is_empty()),
-                EnvState::Unset => Some(false),
-                EnvState::Reference => None,
-            };
-            // `--tlsverify` defaults to DOCKER_TLS_VERIFY being non-empty; `--tls` to off.
-            let tls = match flags.tls {
-                Some(true) => Some(true),
-                _ if flags.tlsverify_given => Some(false),
-                _ => verify_env,
-            };
-            if flags.hosts.is_empty() {
-                served.push(Served {
-                    address: match tls {
-                        Some(true) => Address::Tcp {
-                            host: "localhost".to_string(),
-                            port: DOCKER_TLS_PORT,
-                        },
-                        _ => Address::Unix(DEFAULT_SOCKET.into()),
-                    },
-                    tls_certdir: None,
-                });
-            }
-            for host in &flags.hosts {
-                served.push(Served {
-                    address: parse_daemon_host(host)?,
-                    tls_certdir: None,
-                });
-            }
-            if let Some(tcp) = served
-                .iter()
-                .find(|s| matches!(s.address, Address::Tcp { .. }))
-                && tls != Some(false)
-            {
-                return Err(format!(
-                    "it serves {} with TLS files of its own",
-                    tcp.address
-                ));
-            }
-        }
+    Ok(argv)
+}
+
+/// What the entrypoint's default branch serves: its socket, its TCP listener (TLS on 2376 with
+/// a `DOCKER_TLS_CERTDIR`, plain 2375 with an empty one) and the `--host`s it is given; and the
+/// names its `DOCKER_TLS_SAN` adds to the certificate.
+fn served_by_entrypoint(
+    container: &Container,
+    flags: &DockerdFlags,
+) -> Result<(Vec<ServedAddress>, Vec<String>), String> {
+    if flags.tls.is_some() || flags.tls_files {
+        return Err("it adds --tls flags after the entrypoint's".to_string());
     }
-    served.dedup_by(|a, b| a.address == b.address);
-    // The new argv: what ran the program, then dockerd on the private socket, then the flags.
-    let private = format!("--host=unix://{DAEMON_SOCKET}");
+    let socket = entrypoint_socket(container)?;
+    let tls = entrypoint_certdir(container)?;
+    let port = if tls.is_some() {
+        DOCKER_TLS_PORT
+    } else {
+        DOCKER_PORT
+    };
+    let mut served = vec![
+        ServedAddress {
+            address: socket,
+            tls_certdir: None,
+        },
+        ServedAddress {
+            address: Address::Tcp {
+                host: "0.0.0.0".to_string(),
+                port,
+            },
+            tls_certdir: tls.clone(),
+        },
+    ];
+    for host in &flags.hosts {
+        let address = parse_daemon_host(host)?;
+        let tls_certdir = matches!(address, Address::Tcp { .. })
+            .then(|| tls.clone())
+            .flatten();
+        served.push(ServedAddress {
+            address,
+            tls_certdir,
+        });
+    }
+    let tls_sans = match (&tls, env_state(container, "DOCKER_TLS_SAN")) {
+        (Some(_), EnvState::Value(sans)) => parse_tls_sans(sans),
+        _ => Vec::new(),
+    };
+    Ok((served, tls_sans))
+}
+
+/// The entrypoint's socket: the container's `DOCKER_HOST` when it is a unix one (a tcp one,
+/// GitLab's, is the clients' and ignored), else the default.
+fn entrypoint_socket(container: &Container) -> Result<Address, String> {
+    match env_state(container, "DOCKER_HOST") {
+        EnvState::Value(host) if host.trim().starts_with("unix://") => parse_daemon_host(host),
+        EnvState::Reference => Err("its DOCKER_HOST comes from valueFrom".to_string()),
+        _ => Ok(Address::Unix(DEFAULT_SOCKET.into())),
+    }
+}
+
+/// The entrypoint's `DOCKER_TLS_CERTDIR` (the image's default when unset); `None` when it is
+/// empty: no TLS.
+fn entrypoint_certdir(container: &Container) -> Result<Option<String>, String> {
+    let certdir = match env_state(container, "DOCKER_TLS_CERTDIR") {
+        EnvState::Value(dir) => dir.trim().to_string(),
+        EnvState::Unset => default_certdir(container.image.as_deref().unwrap_or("")).to_string(),
+        EnvState::Reference => {
+            return Err("its DOCKER_TLS_CERTDIR comes from valueFrom".to_string());
+        }
+    };
+    Ok((!certdir.is_empty()).then_some(certdir))
+}
+
+/// `DOCKER_TLS_SAN` as the entrypoint reads it: names separated by commas or spaces, each
+/// perhaps with its `DNS:` or `IP:` prefix.
+fn parse_tls_sans(sans: &str) -> Vec<String> {
+    sans.split([',', ' '])
+        .map(str::trim)
+        .map(|san| {
+            san.strip_prefix("DNS:")
+                .or_else(|| san.strip_prefix("IP:"))
+                .unwrap_or(san)
+        })
+        .filter(|san| !san.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// What dockerd started directly serves: its `--host`s, or without one its default (the
+/// socket, or `localhost:2376` with TLS on). A TCP listener with TLS uses files of its own,
+/// which the guard does not have.
+fn served_by_dockerd(
+    container: &Container,
+    flags: &DockerdFlags,
+) -> Result<Vec<ServedAddress>, String> {
+    let tls = dockerd_tls(container, flags);
+    let mut served = Vec::new();
+    if flags.hosts.is_empty() {
+        served.push(ServedAddress {
+            address: match tls {
+                Some(true) => Address::Tcp {
+                    host: "localhost".to_string(),
+                    port: DOCKER_TLS_PORT,
+                },
+                _ => Address::Unix(DEFAULT_SOCKET.into()),
+            },
+            tls_certdir: None,
+        });
+    }
+    for host in &flags.hosts {
+        served.push(ServedAddress {
+            address: parse_daemon_host(host)?,
+            tls_certdir: None,
+        });
+    }
+    if let Some(tcp) = served
+        .iter()
+        .find(|s| matches!(s.address, Address::Tcp { .. }))
+        && tls != Some(false)
+    {
+        return Err(format!(
+            "it serves {} with TLS files of its own",
+            tcp.address
+        ));
+    }
+    Ok(served)
+}
+
+/// Whether dockerd serves TLS: `--tls` or `--tlsverify` on; else, unless `--tlsverify` was
+/// given off, `DOCKER_TLS_VERIFY` non-empty (`None` when that comes from `valueFrom`).
+fn dockerd_tls(container: &Container, flags: &DockerdFlags) -> Option<bool> {
+    let verify_env = match env_state(container, "DOCKER_TLS_VERIFY") {
+        EnvState::Value(value) => Some(!value.is_empty()),
+        EnvState::Unset => Some(false),
+        EnvState::Reference => None,
+    };
+    // `--tlsverify` defaults to DOCKER_TLS_VERIFY being non-empty; `--tls` to off.
+    match flags.tls {
+        Some(true) => Some(true),
+        _ if flags.tlsverify_given => Some(false),
+        _ => verify_env,
+    }
+}
+
+/// The container's command and args after the rewrite: what ran the program, then dockerd on
+/// the private socket, then the kept flags; split between command and args as they were.
+fn rewritten_command(
+    container: &Container,
+    argv: &[String],
+    form: &Form,
+    kept: Vec<String>,
+) -> (Option<Vec<String>>, Option<Vec<String>>) {
+    let program_end = form.program();
     let mut new_argv: Vec<String> = argv[..=program_end].to_vec();
     if matches!(form, Form::Entrypoint(_)) {
         new_argv.push(DOCKERD.to_string());
     }
-    new_argv.push(private);
-    new_argv.extend(flags.kept);
-    let (command, args) = if implicit {
-        (None, Some(new_argv[1..].to_vec()))
-    } else {
-        let command_len = container.command.as_ref().map_or(0, Vec::len);
-        if program_end + 1 >= command_len {
-            // The command ends with the program: it stays, the rest is args.
-            let args = new_argv.split_off(command_len);
-            (Some(new_argv), Some(args))
-        } else {
-            (Some(new_argv), None)
-        }
+    new_argv.push(format!("--host=unix://{DAEMON_SOCKET}"));
+    new_argv.extend(kept);
+    let Some(command) = &container.command else {
+        // The image's entrypoint stays implicit: the rest is args.
+        return (None, Some(new_argv[1..].to_vec()));
     };
-    let blank_env = DAEMON_TLS_ENV
+    if program_end + 1 >= command.len() {
+        // The command ends with the program: it stays, the rest is args.
+        let args = new_argv.split_off(command.len());
+        (Some(new_argv), Some(args))
+    } else {
+        (Some(new_argv), None)
+    }
+}
+
+/// The [`DAEMON_TLS_ENV`] variables the container sets (to a value, or from `valueFrom`).
+fn tls_env_to_blank(container: &Container) -> Vec<String> {
+    DAEMON_TLS_ENV
         .iter()
-        .filter(|name| match env(name) {
+        .filter(|name| match env_state(container, name) {
             EnvState::Value(value) => !value.is_empty(),
             EnvState::Reference => true,
             EnvState::Unset => false,
         })
         .map(|name| name.to_string())
-        .collect();
-    Ok(Move {
-        command,
-        args,
-        blank_env,
-        served,
-        tls_sans,
-    })
+        .collect()
 }
 
 /// Where dockerd starts in `argv` (the effective argv, the image's entrypoint first when the
@@ -276,7 +348,7 @@ fn form(argv: &[String], start: usize) -> Result<Form, String> {
 
 /// dockerd's flags, split into the `--host` values and the rest.
 #[derive(Debug, Default)]
-struct Flags {
+struct DockerdFlags {
     hosts: Vec<String>,
     kept: Vec<String>,
     /// `--tls` or `--tlsverify` given: whether it turns TLS on.
@@ -287,10 +359,10 @@ struct Flags {
     tls_files: bool,
 }
 
-impl Flags {
+impl DockerdFlags {
     /// Every spelling of the host flag: `--host=X`, `--host X`, `-H X`, `-HX`, `-H=X`.
     fn parse(flags: &[String]) -> Result<Self, String> {
-        let mut parsed = Flags::default();
+        let mut parsed = DockerdFlags::default();
         let mut i = 0;
         while i < flags.len() {
             let flag = flags[i].as_str();
@@ -399,7 +471,7 @@ mod tests {
         serde_json::from_value(value).expect("container")
     }
 
-    fn moved(value: Value) -> Move {
+    fn moved(value: Value) -> MovedDaemon {
         analyse(&daemon(value.clone()), None).unwrap_or_else(|e| panic!("{value}: {e}"))
     }
 
@@ -422,7 +494,7 @@ mod tests {
         Some(list.iter().map(|s| s.to_string()).collect())
     }
 
-    fn addresses(m: &Move) -> Vec<(Address, Option<String>)> {
+    fn addresses(m: &MovedDaemon) -> Vec<(Address, Option<String>)> {
         m.served
             .iter()
             .map(|s| (s.address.clone(), s.tls_certdir.clone()))
@@ -557,7 +629,7 @@ mod tests {
         assert_eq!(m.args, strings(&["dockerd", PRIVATE, "--debug"]));
         assert_eq!(
             m.served,
-            vec![Served {
+            vec![ServedAddress {
                 address: unix("/var/run/docker.sock"),
                 tls_certdir: None
             }]

@@ -48,7 +48,7 @@ impl Slot {
 
 /// A container's mount of the node's Docker socket.
 #[derive(Debug, Clone)]
-pub(super) struct SocketMount {
+pub(super) struct NodeSocketMount {
     pub slot: Slot,
     pub mount: VolumeMount,
 }
@@ -61,11 +61,11 @@ pub(super) struct Survey {
     /// Containers that talk to Docker (or may), daemons and node agents excepted.
     pub clients: Vec<Slot>,
     /// Mounts of the node's socket by Docker clients.
-    pub host_mounts: Vec<SocketMount>,
+    pub node_socket_mounts: Vec<NodeSocketMount>,
     /// Containers left alone as node agents, with the path they read the node's socket at.
     pub agents: Vec<(String, String)>,
     /// Volumes that are the node's Docker socket.
-    pub host_sockets: Vec<String>,
+    pub node_socket_volumes: Vec<String>,
     /// The pod is a DaemonSet's (node infrastructure), and node agents are skipped.
     pub daemon_set: bool,
 }
@@ -73,35 +73,25 @@ pub(super) struct Survey {
 impl Survey {
     /// Nothing in the pod runs or mounts a Docker daemon.
     pub(super) fn has_docker(&self) -> bool {
-        !self.daemons.is_empty() || !self.host_sockets.is_empty()
+        !self.daemons.is_empty() || !self.node_socket_volumes.is_empty()
     }
 }
 
 /// Reads the pod: daemons first (their volumes make the containers that share them clients),
 /// then everyone else.
 pub(super) fn survey(config: &DindRmConfig, spec: &PodSpec, meta: &PodMeta) -> Survey {
+    let slots = all_slots(spec);
     let mut survey = Survey {
-        host_sockets: spec
-            .volumes
+        daemons: slots
             .iter()
-            .flatten()
-            .filter(|v| {
-                v.host_path
-                    .as_ref()
-                    .is_some_and(|h| is_host_docker_socket(&h.path))
-            })
-            .map(|v| v.name.clone())
+            .filter(|(_, container)| is_daemon(config, container))
+            .map(|&(slot, _)| slot)
             .collect(),
+        node_socket_volumes: node_socket_volumes(spec),
         daemon_set: config.node_agents == NodeAgents::Skip
             && meta.controller_kind.as_deref() == Some("DaemonSet"),
         ..Survey::default()
     };
-    let slots = all_slots(spec);
-    for &(slot, container) in &slots {
-        if is_daemon(config, container) {
-            survey.daemons.push(slot);
-        }
-    }
     let daemon_volumes: Vec<&str> = survey
         .daemons
         .iter()
@@ -110,45 +100,71 @@ pub(super) fn survey(config: &DindRmConfig, spec: &PodSpec, meta: &PodMeta) -> S
         .map(|m| m.name.as_str())
         .collect();
     for &(slot, container) in &slots {
-        if survey.daemons.contains(&slot) {
-            continue;
+        if !survey.daemons.contains(&slot) && !starts_before_guard(config, slot, container) {
+            survey.add_other(config, slot, container, &daemon_volumes);
         }
-        // A plain guard container starts after the regular init containers have run: they
-        // cannot go through it, so they keep what they had.
-        let regular_init =
-            matches!(slot, Slot::Init(_)) && container.restart_policy.as_deref() != Some("Always");
-        if regular_init && config.sidecar_mode == SidecarMode::Container {
-            continue;
-        }
-        let host_mounts: Vec<&VolumeMount> = container
+    }
+    survey
+}
+
+impl Survey {
+    /// A container that runs no daemon: a node agent, or perhaps a client (with its mounts of
+    /// the node's socket).
+    fn add_other(
+        &mut self,
+        config: &DindRmConfig,
+        slot: Slot,
+        container: &Container,
+        daemon_volumes: &[&str],
+    ) {
+        let socket_mounts: Vec<&VolumeMount> = container
             .volume_mounts
             .iter()
             .flatten()
-            .filter(|m| survey.host_sockets.contains(&m.name))
+            .filter(|m| self.node_socket_volumes.contains(&m.name))
             .collect();
         // A mount without a path is invalid (the API server refuses the pod and says so), not
         // a node agent's.
-        let agent_mount = host_mounts.iter().find(|m| {
+        let agent_mount = socket_mounts.iter().find(|m| {
             !m.mount_path.is_empty()
                 && !DEFAULT_SOCKETS.contains(&m.mount_path.trim_end_matches('/'))
         });
         if let (Some(mount), NodeAgents::Skip) = (agent_mount, config.node_agents) {
-            survey
-                .agents
+            self.agents
                 .push((container.name.clone(), mount.mount_path.clone()));
-            continue;
+            return;
         }
-        survey
-            .host_mounts
-            .extend(host_mounts.into_iter().map(|mount| SocketMount {
+        self.node_socket_mounts
+            .extend(socket_mounts.into_iter().map(|mount| NodeSocketMount {
                 slot,
                 mount: mount.clone(),
             }));
-        if is_client(container, &daemon_volumes, &survey.host_sockets) {
-            survey.clients.push(slot);
+        if is_client(container, daemon_volumes, &self.node_socket_volumes) {
+            self.clients.push(slot);
         }
     }
-    survey
+}
+
+/// The pod's volumes that are the node's Docker socket.
+fn node_socket_volumes(spec: &PodSpec) -> Vec<String> {
+    spec.volumes
+        .iter()
+        .flatten()
+        .filter(|v| {
+            v.host_path
+                .as_ref()
+                .is_some_and(|h| is_host_docker_socket(&h.path))
+        })
+        .map(|v| v.name.clone())
+        .collect()
+}
+
+/// A plain guard container starts after the regular init containers have run: they cannot go
+/// through it, so they keep what they had.
+fn starts_before_guard(config: &DindRmConfig, slot: Slot, container: &Container) -> bool {
+    let regular_init =
+        matches!(slot, Slot::Init(_)) && container.restart_policy.as_deref() != Some("Always");
+    regular_init && config.sidecar_mode == SidecarMode::Container
 }
 
 /// Every container with its slot, init containers first.
@@ -246,7 +262,7 @@ pub(super) fn basename(word: &str) -> &str {
 /// A container that talks to Docker, or may: it has Docker client settings in its env, or
 /// shares a volume with a daemon (the socket, the TLS certificates), or mounts the node's
 /// socket, or runs the official `docker` image.
-fn is_client(container: &Container, daemon_volumes: &[&str], host_sockets: &[String]) -> bool {
+fn is_client(container: &Container, daemon_volumes: &[&str], node_sockets: &[String]) -> bool {
     container
         .env
         .iter()
@@ -256,7 +272,7 @@ fn is_client(container: &Container, daemon_volumes: &[&str], host_sockets: &[Str
             .volume_mounts
             .iter()
             .flatten()
-            .any(|m| daemon_volumes.contains(&m.name.as_str()) || host_sockets.contains(&m.name))
+            .any(|m| daemon_volumes.contains(&m.name.as_str()) || node_sockets.contains(&m.name))
         || container.image.as_deref().is_some_and(is_docker_image)
 }
 

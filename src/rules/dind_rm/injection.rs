@@ -1,7 +1,9 @@
-//! Injection: carries out a plan on the pod spec. Builds the guard container from a
+//! Injection: carries out a placement on the pod spec. Builds the guard container from a
 //! [`GuardCommand`] (its args are `GuardCommand::to_args()`), moves the daemon or the node's
 //! socket, adds podmend's volumes, and says what it did. Everything podmend adds is under
-//! `/podmend`, never under `/run` or `/var/run`, which pods mount emptyDirs over.
+//! `/podmend`, never under `/run` or `/var/run`, which pods mount emptyDirs over. It decides
+//! nothing: what goes where is [`super::placement`]'s, the guard's resources
+//! [`super::resources`]'.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -13,16 +15,18 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::detection::all_slots;
-use super::upstream::{
-    DOCKER_CERT_PATH, DOCKER_HOST, DOCKER_TLS_VERIFY, FallbackPlan, HostPlan, Plan, RewritePlan,
-    depth, same_path,
+use super::daemon::MovedDaemon;
+use super::detection::{Slot, all_slots};
+use super::mounts::{depth, mount_at, same_path};
+use super::names;
+use super::placement::{
+    DOCKER_CERT_PATH, DOCKER_HOST, DOCKER_TLS_VERIFY, DaemonsPlace, FallbackPlace,
+    NodeSocketClient, NodeSocketPlace, Placement, node_socket_in_guard,
 };
-use super::{names, truncate};
 use crate::config::{DindRmConfig, SidecarMode};
 use crate::dind::{
     Address, DAEMON_SOCKET, DAEMON_SOCKET_DIR, DAEMON_SOCKET_VOLUME, GUARD_CONTAINER, GUARD_SOCKET,
-    GUARD_SOCKET_DIR, GUARD_SOCKET_VOLUME, GuardCommand, HOST_SOCKET_DIR, OWNER_UID_ENV, Policy,
+    GUARD_SOCKET_DIR, GUARD_SOCKET_VOLUME, GuardCommand, OWNER_UID_ENV, Policy,
 };
 
 /// The emptyDir the guard writes its TLS tree in when the daemon's certificate directory is
@@ -42,19 +46,19 @@ pub(super) struct GuardSettings<'a> {
     pub resources: Option<ResourceRequirements>,
 }
 
-/// Carries out `plan`; `Err` when podmend's own names are taken (nothing changed then).
+/// Carries out `placement`; `Err` when podmend's own names are taken (nothing changed then).
 pub(super) fn inject(
     spec: &mut PodSpec,
-    plan: Plan,
+    placement: Placement,
     settings: &GuardSettings<'_>,
 ) -> Result<Vec<String>, String> {
     check_names_free(spec)?;
-    match plan {
-        Plan::Rewrite(plan) => rewrite(spec, plan, settings),
-        Plan::Host(plan) => host(spec, plan, settings),
-        Plan::Fallback(plan) => fallback(spec, plan, settings),
-        Plan::Nothing => Ok(Vec::new()),
-        Plan::LeaveAlone(message) => Ok(vec![message]),
+    match placement {
+        Placement::DaemonsPlace(place) => in_daemons_place(spec, place, settings),
+        Placement::NodeSocket(place) => in_front_of_node_socket(spec, place, settings),
+        Placement::Fallback(place) => between_clients_and_daemon(spec, place, settings),
+        Placement::Nothing => Ok(Vec::new()),
+        Placement::LeaveAlone(message) => Ok(vec![message]),
     }
 }
 
@@ -71,22 +75,19 @@ fn check_names_free(spec: &PodSpec) -> Result<(), String> {
     Ok(())
 }
 
-fn rewrite(
+/// The daemon moves to the private socket; the guard takes its addresses (and its TLS tree).
+fn in_daemons_place(
     spec: &mut PodSpec,
-    plan: RewritePlan,
+    place: DaemonsPlace,
     settings: &GuardSettings<'_>,
 ) -> Result<Vec<String>, String> {
-    let daemon_name = plan
+    let daemon_name = place
         .daemon
         .get(spec)
         .map(|c| c.name.clone())
         .unwrap_or_default();
-    if let Some(daemon) = plan.daemon.get(spec)
-        && let Some(taken) = daemon
-            .volume_mounts
-            .iter()
-            .flatten()
-            .find(|m| same_path(&m.mount_path, DAEMON_SOCKET_DIR))
+    if let Some(daemon) = place.daemon.get(spec)
+        && let Some(taken) = mount_at(daemon, DAEMON_SOCKET_DIR)
     {
         return Err(format!(
             "{GUARD_CONTAINER} not injected: daemon {daemon_name} already mounts {} at {DAEMON_SOCKET_DIR}",
@@ -94,14 +95,14 @@ fn rewrite(
         ));
     }
     let mut mounts = vec![mount(DAEMON_SOCKET_VOLUME, DAEMON_SOCKET_DIR)];
-    mounts.extend(plan.mounts.iter().cloned());
+    mounts.extend(place.mounts.iter().cloned());
     let mut volumes = vec![empty_dir(DAEMON_SOCKET_VOLUME)];
     let mut command = GuardCommand::new(
-        plan.listen.clone(),
+        place.listen.clone(),
         Address::Unix(DAEMON_SOCKET.into()),
         settings.policy,
     );
-    if let Some(tls) = &plan.tls {
+    if let Some(tls) = &place.tls {
         command.tls_certdir = Some(PathBuf::from(&tls.certdir));
         command.tls_san = tls.sans.clone();
         if tls.private_dir {
@@ -109,82 +110,70 @@ fn rewrite(
             volumes.push(empty_dir(CERTS_VOLUME));
         }
     }
-    // The daemon: the private socket only, every other flag kept; its TLS env blanked.
-    if let Some(daemon) = plan.daemon.get_mut(spec) {
-        daemon.command = plan.moved.command.clone();
-        daemon.args = plan.moved.args.clone();
-        for entry in daemon.env.iter_mut().flatten() {
-            if plan.moved.blank_env.contains(&entry.name) {
-                entry.value = Some(String::new());
-                entry.value_from = None;
-            }
-        }
-        daemon
-            .volume_mounts
-            .get_or_insert_with(Vec::new)
-            .push(mount(DAEMON_SOCKET_VOLUME, DAEMON_SOCKET_DIR));
+    if let Some(daemon) = place.daemon.get_mut(spec) {
+        move_daemon(daemon, &place.moved);
     }
     spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
     add_guard(spec, command, mounts, settings);
+    Ok(daemons_place_messages(&daemon_name, place, settings.policy))
+}
 
-    let tls = plan.tls.as_ref().map_or(String::new(), |tls| {
+/// The daemon: the private socket only, every other flag kept; its TLS env blanked.
+fn move_daemon(daemon: &mut Container, moved: &MovedDaemon) {
+    daemon.command = moved.command.clone();
+    daemon.args = moved.args.clone();
+    for entry in daemon.env.iter_mut().flatten() {
+        if moved.blank_env.contains(&entry.name) {
+            entry.value = Some(String::new());
+            entry.value_from = None;
+        }
+    }
+    daemon
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(mount(DAEMON_SOCKET_VOLUME, DAEMON_SOCKET_DIR));
+}
+
+fn daemons_place_messages(daemon_name: &str, place: DaemonsPlace, policy: Policy) -> Vec<String> {
+    let tls = place.tls.as_ref().map_or(String::new(), |tls| {
         format!(" (TLS, certificates in {})", tls.certdir)
     });
-    let listen: Vec<String> = plan.listen.iter().map(Address::to_string).collect();
+    let listen: Vec<String> = place.listen.iter().map(Address::to_string).collect();
     let mut messages = vec![
         format!(
-            "injected {GUARD_CONTAINER} (policy {}) in daemon {daemon_name}'s place: {}{tls}",
-            settings.policy,
+            "injected {GUARD_CONTAINER} (policy {policy}) in daemon {daemon_name}'s place: {}{tls}",
             names(&listen)
         ),
         format!(
             "daemon {daemon_name} now listens only on unix://{DAEMON_SOCKET}, which only {GUARD_CONTAINER} mounts"
         ),
     ];
-    if !plan.moved.blank_env.is_empty() {
+    if !place.moved.blank_env.is_empty() {
         messages.push(format!(
             "set {} of {daemon_name} to \"\": dockerd turns TLS on from them",
-            plan.moved.blank_env.join(", ")
+            place.moved.blank_env.join(", ")
         ));
     }
-    messages.extend(plan.notes);
-    Ok(messages)
+    messages.extend(place.notes);
+    messages
 }
 
-fn host(
+/// The node's socket moves to the guard; each client finds the guard's socket where the
+/// node's was.
+fn in_front_of_node_socket(
     spec: &mut PodSpec,
-    plan: HostPlan,
+    place: NodeSocketPlace,
     settings: &GuardSettings<'_>,
 ) -> Result<Vec<String>, String> {
     let mut listen: Vec<Address> = Vec::new();
     let mut client_names: Vec<String> = Vec::new();
     let mut paths: Vec<String> = Vec::new();
-    for client in &plan.clients {
+    for client in &place.clients {
         let Some(container) = client.slot.get_mut(spec) else {
             continue;
         };
-        let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
-        let Some(at) = mounts
-            .iter()
-            .position(|m| m.name == client.mount.name && m.mount_path == client.mount.mount_path)
-        else {
+        if !swap_node_socket_mount(container, client) {
             continue;
-        };
-        let already = mounts
-            .iter()
-            .any(|m| m.name == GUARD_SOCKET_VOLUME && same_path(&m.mount_path, &client.dir));
-        if already {
-            mounts.remove(at);
-        } else {
-            // The guard's socket directory where the socket's directory was; the socket in
-            // it is the guard's, at the path the client used.
-            mounts[at] = VolumeMount {
-                name: GUARD_SOCKET_VOLUME.to_string(),
-                mount_path: client.dir.clone(),
-                sub_path: Some(client.sub_path.clone()),
-                read_only: client.mount.read_only,
-                ..VolumeMount::default()
-            };
         }
         let socket = Address::Unix(
             format!(
@@ -193,21 +182,17 @@ fn host(
             )
             .into(),
         );
-        if !listen.contains(&socket) {
-            listen.push(socket);
-        }
-        if !client_names.contains(&container.name) {
-            client_names.push(container.name.clone());
-        }
-        let path = client.mount.mount_path.trim_end_matches('/').to_string();
-        if !paths.contains(&path) {
-            paths.push(path);
-        }
+        push_new(&mut listen, socket);
+        push_new(&mut client_names, container.name.clone());
+        push_new(
+            &mut paths,
+            client.mount.mount_path.trim_end_matches('/').to_string(),
+        );
     }
-    let upstream = format!("{HOST_SOCKET_DIR}/docker.sock");
+    let upstream = node_socket_in_guard();
     let mounts = vec![
         mount(GUARD_SOCKET_VOLUME, GUARD_SOCKET_DIR),
-        mount(&plan.volume, &upstream),
+        mount(&place.volume, &upstream),
     ];
     spec.volumes
         .get_or_insert_with(Vec::new)
@@ -228,15 +213,93 @@ fn host(
     ])
 }
 
-fn fallback(
+/// In place of the client's mount of the node's socket, the guard's socket directory where
+/// the socket's directory was (once for each directory): the socket in it is the guard's, at
+/// the path the client used. `false` when the client has no such mount.
+fn swap_node_socket_mount(container: &mut Container, client: &NodeSocketClient) -> bool {
+    let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
+    let Some(at) = mounts
+        .iter()
+        .position(|m| m.name == client.mount.name && m.mount_path == client.mount.mount_path)
+    else {
+        return false;
+    };
+    let already = mounts
+        .iter()
+        .any(|m| m.name == GUARD_SOCKET_VOLUME && same_path(&m.mount_path, &client.dir));
+    if already {
+        mounts.remove(at);
+    } else {
+        mounts[at] = VolumeMount {
+            name: GUARD_SOCKET_VOLUME.to_string(),
+            mount_path: client.dir.clone(),
+            sub_path: Some(client.sub_path.clone()),
+            read_only: client.mount.read_only,
+            ..VolumeMount::default()
+        };
+    }
+    true
+}
+
+/// Pushes `item` unless the list has it already.
+fn push_new<T: PartialEq>(list: &mut Vec<T>, item: T) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
+}
+
+/// The fallback: clients pointed at the guard's own socket, the guard at what they used (the
+/// node's socket moving from them to it).
+fn between_clients_and_daemon(
     spec: &mut PodSpec,
-    plan: FallbackPlan,
+    place: FallbackPlace,
     settings: &GuardSettings<'_>,
 ) -> Result<Vec<String>, String> {
+    check_guard_dir_free(spec, &place.clients)?;
     let guard_host = format!("unix://{GUARD_SOCKET}");
     let mut client_names = Vec::new();
     let mut unplugged = Vec::new();
-    for slot in &plan.clients {
+    for slot in &place.clients {
+        let Some(client) = slot.get_mut(spec) else {
+            continue;
+        };
+        point_at_guard(client, &guard_host);
+        if let Some(volume) = &place.node_socket_volume {
+            let mounts = client.volume_mounts.get_or_insert_with(Vec::new);
+            let before = mounts.len();
+            mounts.retain(|m| m.name != *volume);
+            if mounts.len() != before {
+                unplugged.push(client.name.clone());
+            }
+        }
+        client_names.push(client.name.clone());
+    }
+    let mut mounts = vec![mount(GUARD_SOCKET_VOLUME, GUARD_SOCKET_DIR)];
+    mounts.extend(place.mounts.iter().cloned());
+    if let Some(volume) = &place.node_socket_volume {
+        mounts.push(mount(volume, &node_socket_in_guard()));
+    }
+    spec.volumes
+        .get_or_insert_with(Vec::new)
+        .push(empty_dir(GUARD_SOCKET_VOLUME));
+    let mut command = GuardCommand::new(
+        vec![Address::Unix(GUARD_SOCKET.into())],
+        place.upstream.clone(),
+        settings.policy,
+    );
+    command.upstream_cert_path = place.cert_path.as_ref().map(PathBuf::from);
+    add_guard(spec, command, mounts, settings);
+    Ok(fallback_messages(
+        place,
+        &client_names,
+        &unplugged,
+        settings.policy,
+    ))
+}
+
+/// No client may have a mount of its own where the guard's socket directory goes.
+fn check_guard_dir_free(spec: &PodSpec, clients: &[Slot]) -> Result<(), String> {
+    for slot in clients {
         let Some(client) = slot.get(spec) else {
             continue;
         };
@@ -251,38 +314,18 @@ fn fallback(
             ));
         }
     }
-    for slot in &plan.clients {
-        let Some(client) = slot.get_mut(spec) else {
-            continue;
-        };
-        point_at_guard(client, &guard_host);
-        if let Some(volume) = &plan.host_volume {
-            let mounts = client.volume_mounts.get_or_insert_with(Vec::new);
-            let before = mounts.len();
-            mounts.retain(|m| m.name != *volume);
-            if mounts.len() != before {
-                unplugged.push(client.name.clone());
-            }
-        }
-        client_names.push(client.name.clone());
-    }
-    let mut mounts = vec![mount(GUARD_SOCKET_VOLUME, GUARD_SOCKET_DIR)];
-    mounts.extend(plan.mounts.iter().cloned());
-    if let Some(volume) = &plan.host_volume {
-        mounts.push(mount(volume, &format!("{HOST_SOCKET_DIR}/docker.sock")));
-    }
-    spec.volumes
-        .get_or_insert_with(Vec::new)
-        .push(empty_dir(GUARD_SOCKET_VOLUME));
-    let mut command = GuardCommand::new(
-        vec![Address::Unix(GUARD_SOCKET.into())],
-        plan.upstream.clone(),
-        settings.policy,
-    );
-    command.upstream_cert_path = plan.cert_path.as_ref().map(PathBuf::from);
-    add_guard(spec, command, mounts, settings);
+    Ok(())
+}
 
-    let tls = if plan.cert_path.is_some() {
+/// What the fallback did, and how the guard can be gone around (or, with the node's socket
+/// moved to it, that clients reach it only by `DOCKER_HOST`).
+fn fallback_messages(
+    place: FallbackPlace,
+    client_names: &[String],
+    unplugged: &[String],
+    policy: Policy,
+) -> Vec<String> {
+    let tls = if place.cert_path.is_some() {
         " (TLS)"
     } else {
         ""
@@ -293,26 +336,26 @@ fn fallback(
         format!("{} docker clients", client_names.len())
     };
     let mut messages = vec![format!(
-        "injected {GUARD_CONTAINER} (policy {}) between {clients} and {}{tls}",
-        settings.policy, plan.upstream
+        "injected {GUARD_CONTAINER} (policy {policy}) between {clients} and {}{tls}",
+        place.upstream
     )];
     if unplugged.is_empty() {
         messages.push(format!(
             "{GUARD_CONTAINER} can be bypassed, because {}",
-            plan.reason
+            place.reason
         ));
     } else {
         messages.push(format!(
             "moved the node's Docker socket from {} to {GUARD_CONTAINER}",
-            names(&unplugged)
+            names(unplugged)
         ));
         messages.push(format!(
             "clients reach {GUARD_CONTAINER} only by DOCKER_HOST, because {}",
-            plan.reason
+            place.reason
         ));
     }
-    messages.extend(plan.notes);
-    Ok(messages)
+    messages.extend(place.notes);
+    messages
 }
 
 /// Sets `DOCKER_HOST` to the guard (in place of the one the container had) and drops the TLS
@@ -465,9 +508,4 @@ fn empty_dir(name: &str) -> Volume {
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Volume::default()
     }
-}
-
-/// Keeps messages short (≤ 120 characters).
-pub(super) fn shorten(messages: Vec<String>) -> Vec<String> {
-    messages.into_iter().map(truncate).collect()
 }

@@ -5,20 +5,27 @@
 //! the pod; the guard itself is `podmend guard` (`crate::guard`), and the command line between
 //! them is the contract in `crate::dind`.
 //!
-//! - [`detection`]: daemons (by what they run), clients, node agents, the node's socket.
+//! - [`detection`]: who is who: daemons (by what they run), clients, node agents, the
+//!   node's socket.
 //! - [`daemon`]: what a daemon container serves, and its command moved to the private socket.
-//! - [`upstream`]: where the guard stands: the daemon's place, the node socket's, or (when
-//!   neither can be done safely) in front of what clients used, reached by `DOCKER_HOST`.
-//! - [`injection`]: the guard container and the changes to the pod.
+//! - [`placement`]: where the guard stands: in the daemon's place, in front of the node's
+//!   socket, or (when neither can be done safely) in front of what clients used, reached by
+//!   `DOCKER_HOST`.
+//! - [`injection`]: the guard container and the changes to the pod that carry a placement out.
 //! - [`resources`]: the guard's requests and limits within the namespace's LimitRanges.
+//! - [`mounts`]: which mount holds a path of a container.
+//!
+//! [`DindRm::repair`](Rule::repair) runs them in that order; this file also holds the
+//! policy annotation and the messages' length.
 
 mod daemon;
 mod detection;
 mod injection;
+mod mounts;
+mod placement;
 mod resources;
-mod upstream;
 
-use k8s_openapi::api::core::v1::{LimitRangeItem, PodSpec};
+use k8s_openapi::api::core::v1::{LimitRangeItem, PodSpec, ResourceRequirements};
 use serde_json::Value;
 
 pub use detection::glob_match;
@@ -27,8 +34,8 @@ pub use injection::{CERTS_VOLUME, HEALTH_PORT, POD_IP_ENV};
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::DindRmConfig;
 use crate::dind::{GUARD_CONTAINER, POLICY_ANNOTATION, Policy, is_docker_image};
+use detection::Survey;
 use injection::GuardSettings;
-use upstream::Plan;
 
 /// The rule's id, summary and help (see [`RuleInfo`]).
 pub const INFO: RuleInfo = RuleInfo {
@@ -144,44 +151,53 @@ impl Rule for DindRm {
                 "{GUARD_CONTAINER} not injected: a DaemonSet's pods are node agents, not CI (nodeAgents: skip)"
             ))];
         }
-        let agents: Vec<String> = survey
-            .agents
-            .iter()
-            .map(|(name, path)| {
-                truncate(format!(
-                    "left {name} alone: a node agent (the node's Docker socket at {path}; nodeAgents: skip)"
-                ))
-            })
-            .collect();
-        let plan = upstream::plan(&self.config, spec, &survey);
-        let injecting = matches!(plan, Plan::Rewrite(_) | Plan::Host(_) | Plan::Fallback(_));
-        let limit_ranges: Vec<LimitRangeItem> = cx
-            .cluster
-            .limit_range_items(cx.namespace)
-            .into_iter()
-            .filter(|item| item.type_ == "Container")
-            .collect();
-        // With pod-level `spec.resources` the guard shares the pod's budget, as containers
-        // there may: its requests would raise the containers' aggregate above the pod's
-        // request, and the API would reject the pod.
+        let placement = placement::decide(&self.config, spec, &survey);
+        let injects = placement.injects();
         let settings = GuardSettings {
             config: &self.config,
             policy,
-            resources: spec
-                .resources
-                .is_none()
-                .then(|| resources::guard_resources(&limit_ranges)),
+            resources: guard_resources(spec, cx),
         };
-        let mut messages = match injection::inject(spec, plan, &settings) {
+        let mut messages = match injection::inject(spec, placement, &settings) {
             Ok(messages) => messages,
             Err(message) => vec![message],
         };
-        messages.extend(agents);
-        if injecting {
+        messages.extend(agent_notes(&survey));
+        if injects {
             messages.extend(policy_note);
         }
-        injection::shorten(messages)
+        messages.into_iter().map(truncate).collect()
     }
+}
+
+/// The guard's requests and limits within the namespace's Container LimitRanges; none with
+/// pod-level `spec.resources`, where the guard shares the pod's budget, as containers there
+/// may: its requests would raise the containers' aggregate above the pod's request, and the
+/// API would reject the pod.
+fn guard_resources(spec: &PodSpec, cx: &RuleContext<'_>) -> Option<ResourceRequirements> {
+    if spec.resources.is_some() {
+        return None;
+    }
+    let limit_ranges: Vec<LimitRangeItem> = cx
+        .cluster
+        .limit_range_items(cx.namespace)
+        .into_iter()
+        .filter(|item| item.type_ == "Container")
+        .collect();
+    Some(resources::guard_resources(&limit_ranges))
+}
+
+/// One line for each container left alone as a node agent.
+fn agent_notes(survey: &Survey) -> Vec<String> {
+    survey
+        .agents
+        .iter()
+        .map(|(name, path)| {
+            format!(
+                "left {name} alone: a node agent (the node's Docker socket at {path}; nodeAgents: skip)"
+            )
+        })
+        .collect()
 }
 
 /// Up to three names, then how many more.
@@ -192,6 +208,7 @@ pub(super) fn names(list: &[String]) -> String {
     }
 }
 
+/// A message cut to [`MAX_MESSAGE`] characters, `…` last.
 pub(super) fn truncate(message: String) -> String {
     if message.chars().count() <= MAX_MESSAGE {
         return message;

@@ -81,9 +81,15 @@ mod tests {
 
     use super::*;
 
+    /// The guard's resources within the LimitRange items `items`, as JSON.
+    fn resources_within(items: serde_json::Value) -> serde_json::Value {
+        let items: Vec<LimitRangeItem> = serde_json::from_value(items).expect("items");
+        serde_json::to_value(guard_resources(&items)).expect("serializes")
+    }
+
     #[test]
     fn without_a_limit_range_the_guard_gets_its_own_resources() {
-        let resources = serde_json::to_value(guard_resources(&[])).expect("serializes");
+        let resources = resources_within(json!([]));
         assert_eq!(
             resources,
             json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
@@ -92,12 +98,10 @@ mod tests {
 
     #[test]
     fn the_guard_resources_meet_the_namespace_limit_range() {
-        let items: Vec<LimitRangeItem> = serde_json::from_value(json!([
+        let resources = resources_within(json!([
             {"type": "Container", "min": {"cpu": "200m", "memory": "100Mi"}, "max": {"memory": "200Mi"}},
             {"type": "Container", "maxLimitRequestRatio": {"cpu": "4"}}
-        ]))
-        .expect("items");
-        let resources = serde_json::to_value(guard_resources(&items)).expect("serializes");
+        ]));
         assert_eq!(
             resources,
             json!({"requests": {"cpu": "200m", "memory": "104857600"},
@@ -107,11 +111,9 @@ mod tests {
 
     #[test]
     fn a_limit_range_max_below_the_request_lowers_the_request_to_it() {
-        let items: Vec<LimitRangeItem> = serde_json::from_value(json!([
+        let resources = resources_within(json!([
             {"type": "Container", "max": {"cpu": "50m", "memory": "16Mi"}}
-        ]))
-        .expect("items");
-        let resources = serde_json::to_value(guard_resources(&items)).expect("serializes");
+        ]));
         assert_eq!(
             resources,
             json!({"requests": {"cpu": "50m", "memory": "16777216"},

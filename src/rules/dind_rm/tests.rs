@@ -64,14 +64,16 @@ fn container_mode() -> DindRmConfig {
     }
 }
 
+fn guarding_node_agents() -> DindRmConfig {
+    DindRmConfig {
+        node_agents: NodeAgents::Guard,
+        ..DindRmConfig::default()
+    }
+}
+
 /// The guard, wherever the mode put it.
 fn guard(spec: &Value) -> &Value {
-    ["initContainers", "containers"]
-        .iter()
-        .filter_map(|list| spec[list].as_array())
-        .flatten()
-        .find(|c| c["name"] == GUARD_CONTAINER)
-        .expect("guard injected")
+    named(spec, GUARD_CONTAINER)
 }
 
 /// The guard's args read back by the real command-line parser.
@@ -527,11 +529,7 @@ fn the_node_s_socket_moves_to_the_guard_whose_socket_appears_where_the_client_ha
 fn a_node_socket_in_a_directory_of_its_own_or_at_the_root_falls_back() {
     let mut spec = host_socket();
     spec["containers"][0]["volumeMounts"][0]["mountPath"] = json!("/docker.sock");
-    let guard_agents = DindRmConfig {
-        node_agents: NodeAgents::Guard,
-        ..DindRmConfig::default()
-    };
-    let (after, messages) = run_with(guard_agents, spec, &[]);
+    let (after, messages) = run_with(guarding_node_agents(), spec, &[]);
     assert_eq!(upstream(&after), "unix:///podmend/host/docker.sock");
     assert_eq!(
         mounts(&after["containers"][0]),
@@ -570,11 +568,7 @@ fn a_container_reading_the_node_s_socket_at_a_path_of_its_own_is_a_node_agent() 
             "left build alone: a node agent (the node's Docker socket at /host/var/run/docker.sock; nodeAgents: skip)"
         ]
     );
-    let guard_agents = DindRmConfig {
-        node_agents: NodeAgents::Guard,
-        ..DindRmConfig::default()
-    };
-    let (after, _) = run_with(guard_agents, spec, &[]);
+    let (after, _) = run_with(guarding_node_agents(), spec, &[]);
     assert_eq!(
         after["containers"][0]["volumeMounts"],
         json!([{"name": "podmend-docker", "mountPath": "/host/var/run", "subPath": "host-var-run"}])
@@ -592,11 +586,7 @@ fn the_pods_of_a_daemon_set_are_left_alone_unless_node_agents_are_guarded() {
             "podmend-guard not injected: a DaemonSet's pods are node agents, not CI (nodeAgents: skip)"
         ]
     );
-    let guard_agents = DindRmConfig {
-        node_agents: NodeAgents::Guard,
-        ..DindRmConfig::default()
-    };
-    let (after, _) = run_meta(guard_agents, host_socket(), &daemon_set);
+    let (after, _) = run_meta(guarding_node_agents(), host_socket(), &daemon_set);
     assert_eq!(after["initContainers"][0]["name"], GUARD_CONTAINER);
     // Other controllers are CI like any pod.
     let (after, _) = run_meta(
