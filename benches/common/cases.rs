@@ -121,6 +121,28 @@ pub fn cases() -> Vec<Case> {
         read_yaml("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml"),
     );
 
+    // The Pinniped agent pod as its ReplicaSet creates it, still pinned with nodeName: both
+    // node-affinity and agent-requests repair it (the repair body of scripts/bench-limit).
+    let mut agent = read_json("cluster/pod-pinniped-kube-cert-agent-rejected-outofcpu.json");
+    if let Some(object) = agent.as_object_mut() {
+        object.remove("status");
+    }
+    if let Some(metadata) = agent["metadata"].as_object_mut() {
+        for key in ["name", "uid", "resourceVersion", "creationTimestamp"] {
+            metadata.remove(key);
+        }
+    }
+    let agent_namespace = agent["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let agent = create_request(
+        "5b0f7a6e-3f51-4d0c-9a57-2a1f7c0d1e17",
+        ("", "v1", "Pod", "pods"),
+        &agent_namespace,
+        agent,
+    );
+
     let encode = |v: &Value| serde_json::to_vec(v).expect("a Value serializes");
     vec![
         Case {
@@ -136,6 +158,11 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "pod-create-jenkins-agent",
             body: review(jenkins),
+            expect: Expect::Patched,
+        },
+        Case {
+            name: "pod-create-agent-pinned",
+            body: review(agent),
             expect: Expect::Patched,
         },
         Case {
