@@ -1,5 +1,9 @@
 //! The name-aware JSON diff the patches are computed with: `json_patch::diff`, except that
 //! lists of uniquely named items are diffed by name.
+//!
+//! It walks two serializations of the same typed spec, which list their fields in the same
+//! order: maps are compared in step while their keys agree, without hashing, and the path is
+//! a stack of borrowed segments turned into a JSON Pointer only for an operation.
 
 use json_patch::PatchOperation;
 use json_patch::jsonptr::PointerBuf;
@@ -11,112 +15,152 @@ use serde_json::Value;
 /// know, so a positional diff of `[guard, a]` against `[a]` would rewrite `a` into the guard
 /// field by field and leave `a`'s unknown fields on the guard; by name it is one `add`.
 pub(super) fn diff(before: &Value, after: &Value) -> json_patch::Patch {
-    let mut ops = Vec::new();
-    diff_into(before, after, &mut PointerBuf::new(), &mut ops);
-    json_patch::Patch(ops)
+    let mut walk = Walk {
+        at: Vec::new(),
+        ops: Vec::new(),
+    };
+    walk.values(before, after);
+    json_patch::Patch(walk.ops)
 }
 
-fn diff_into(before: &Value, after: &Value, at: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
-    match (before, after) {
-        (Value::Object(before), Value::Object(after)) => diff_maps(before, after, at, ops),
-        (Value::Array(before), Value::Array(after)) => {
-            match (item_names(before), item_names(after)) {
-                (Some(before_names), Some(after_names))
-                    if shared_in_same_order(&before_names, &after_names) =>
-                {
-                    diff_by_name(before, after, (&before_names, &after_names), at, ops)
-                }
-                _ => diff_by_position(before, after, at, ops),
-            }
-        }
-        _ if before == after => {}
-        _ => ops.push(PatchOperation::Replace(json_patch::ReplaceOperation {
-            path: at.clone(),
-            value: after.clone(),
-        })),
-    }
+/// One step of a path: a map key or an array index.
+#[derive(Clone, Copy)]
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+/// A diff in progress: where it is, and the operations so far.
+struct Walk<'a> {
+    at: Vec<Segment<'a>>,
+    ops: Vec<PatchOperation>,
 }
 
 type Map = serde_json::Map<String, Value>;
 
-/// Keys of both are diffed, keys only `after` has are added, keys only `before` has removed.
-fn diff_maps(before: &Map, after: &Map, at: &mut PointerBuf, ops: &mut Vec<PatchOperation>) {
-    for (key, after_value) in after {
-        at.push_back(key);
-        match before.get(key) {
-            Some(before_value) => diff_into(before_value, after_value, at, ops),
-            None => ops.push(add_op(at, after_value)),
-        }
-        at.pop_back();
-    }
-    for key in before.keys().filter(|key| !after.contains_key(*key)) {
-        at.push_back(key);
-        ops.push(remove_op(at));
-        at.pop_back();
-    }
-}
-
-/// Named items: the ones `after` lacks are removed (from the end), then the shared ones are
-/// diffed in place and each new one is inserted where it belongs, so item `index` is always
-/// where the diff says.
-fn diff_by_name(
-    before: &[Value],
-    after: &[Value],
-    (before_names, after_names): (&[&str], &[&str]),
-    at: &mut PointerBuf,
-    ops: &mut Vec<PatchOperation>,
-) {
-    for (index, name) in before_names.iter().enumerate().rev() {
-        if !after_names.contains(name) {
-            at.push_back(index);
-            ops.push(remove_op(at));
-            at.pop_back();
+impl<'a> Walk<'a> {
+    fn values(&mut self, before: &'a Value, after: &'a Value) {
+        match (before, after) {
+            (Value::Object(before), Value::Object(after)) => self.maps(before, after),
+            (Value::Array(before), Value::Array(after)) => {
+                match (item_names(before), item_names(after)) {
+                    (Some(before_names), Some(after_names))
+                        if shared_in_same_order(&before_names, &after_names) =>
+                    {
+                        self.by_name(before, after, (&before_names, &after_names))
+                    }
+                    _ => self.by_position(before, after),
+                }
+            }
+            _ if before == after => {}
+            _ => {
+                let path = self.path();
+                self.ops
+                    .push(PatchOperation::Replace(json_patch::ReplaceOperation {
+                        path,
+                        value: after.clone(),
+                    }));
+            }
         }
     }
-    for (index, (name, after_item)) in after_names.iter().zip(after).enumerate() {
-        at.push_back(index);
-        match before_names.iter().position(|n| n == name) {
-            Some(old) => diff_into(&before[old], after_item, at, ops),
-            None => ops.push(add_op(at, after_item)),
+
+    /// `value` at `segment` below where the walk is.
+    fn at(&mut self, segment: Segment<'a>, walk: impl FnOnce(&mut Self)) {
+        self.at.push(segment);
+        walk(self);
+        self.at.pop();
+    }
+
+    /// Keys of both are diffed, keys only `after` has are added, keys only `before` has
+    /// removed. While both list the same keys in the same order, no key is looked up.
+    fn maps(&mut self, before: &'a Map, after: &'a Map) {
+        let in_step =
+            before.len() == after.len() && before.keys().zip(after.keys()).all(|(b, a)| b == a);
+        if in_step {
+            for ((key, before_value), after_value) in before.iter().zip(after.values()) {
+                self.at(Segment::Key(key), |walk| {
+                    walk.values(before_value, after_value)
+                });
+            }
+            return;
         }
-        at.pop_back();
+        for (key, after_value) in after {
+            self.at(Segment::Key(key), |walk| match before.get(key) {
+                Some(before_value) => walk.values(before_value, after_value),
+                None => walk.add(after_value),
+            });
+        }
+        for key in before.keys().filter(|key| !after.contains_key(*key)) {
+            self.at(Segment::Key(key), Self::remove);
+        }
     }
-}
 
-/// Items by position: the shared positions diffed, then the extra items added or removed.
-fn diff_by_position(
-    before: &[Value],
-    after: &[Value],
-    at: &mut PointerBuf,
-    ops: &mut Vec<PatchOperation>,
-) {
-    let shared = before.len().min(after.len());
-    for index in 0..shared {
-        at.push_back(index);
-        diff_into(&before[index], &after[index], at, ops);
-        at.pop_back();
+    /// Named items: the ones `after` lacks are removed (from the end), then the shared ones
+    /// are diffed in place and each new one is inserted where it belongs, so item `index` is
+    /// always where the diff says.
+    fn by_name(
+        &mut self,
+        before: &'a [Value],
+        after: &'a [Value],
+        (before_names, after_names): (&[&str], &[&str]),
+    ) {
+        for (index, name) in before_names.iter().enumerate().rev() {
+            if !after_names.contains(name) {
+                self.at(Segment::Index(index), Self::remove);
+            }
+        }
+        for (index, (name, after_item)) in after_names.iter().zip(after).enumerate() {
+            self.at(Segment::Index(index), |walk| {
+                match before_names.iter().position(|n| n == name) {
+                    Some(old) => walk.values(&before[old], after_item),
+                    None => walk.add(after_item),
+                }
+            });
+        }
     }
-    for (index, item) in after.iter().enumerate().skip(shared) {
-        at.push_back(index);
-        ops.push(add_op(at, item));
-        at.pop_back();
-    }
-    for _ in shared..before.len() {
-        at.push_back(shared);
-        ops.push(remove_op(at));
-        at.pop_back();
-    }
-}
 
-fn remove_op(at: &PointerBuf) -> PatchOperation {
-    PatchOperation::Remove(json_patch::RemoveOperation { path: at.clone() })
-}
+    /// Items by position: the shared positions diffed, then the extra items added or
+    /// removed.
+    fn by_position(&mut self, before: &'a [Value], after: &'a [Value]) {
+        let shared = before.len().min(after.len());
+        for index in 0..shared {
+            self.at(Segment::Index(index), |walk| {
+                walk.values(&before[index], &after[index])
+            });
+        }
+        for (index, item) in after.iter().enumerate().skip(shared) {
+            self.at(Segment::Index(index), |walk| walk.add(item));
+        }
+        for _ in shared..before.len() {
+            self.at(Segment::Index(shared), Self::remove);
+        }
+    }
 
-fn add_op(at: &PointerBuf, value: &Value) -> PatchOperation {
-    PatchOperation::Add(json_patch::AddOperation {
-        path: at.clone(),
-        value: value.clone(),
-    })
+    fn add(&mut self, value: &Value) {
+        let path = self.path();
+        self.ops.push(PatchOperation::Add(json_patch::AddOperation {
+            path,
+            value: value.clone(),
+        }));
+    }
+
+    fn remove(&mut self) {
+        let path = self.path();
+        self.ops
+            .push(PatchOperation::Remove(json_patch::RemoveOperation { path }));
+    }
+
+    /// Where the walk is, as a JSON Pointer.
+    fn path(&self) -> PointerBuf {
+        let mut path = PointerBuf::new();
+        for segment in &self.at {
+            match segment {
+                Segment::Key(key) => path.push_back(*key),
+                Segment::Index(index) => path.push_back(*index),
+            }
+        }
+        path
+    }
 }
 
 /// The `name` of every item, when every item is an object with a name no other item has.

@@ -28,6 +28,8 @@ mod run;
 mod scope;
 mod status;
 
+use std::borrow::Cow;
+
 use json_patch::PatchOperation;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -218,6 +220,25 @@ impl Outcome {
     }
 }
 
+/// What the spec rules came to: an outcome, or patches still to check against the object.
+enum Repaired {
+    Done(Outcome),
+    Patches(Patches),
+}
+
+/// A repair's findings and patches, before they are checked to apply.
+struct Patches {
+    findings: Vec<Finding>,
+    patch: Vec<PatchOperation>,
+    repair: Vec<PatchOperation>,
+}
+
+impl Patches {
+    fn finish(self, target: &'static Target, object: Cow<'_, Value>) -> Outcome {
+        patch::finish(target, object, self.findings, self.patch, self.repair)
+    }
+}
+
 /// The rules of one configuration, ready to review objects.
 pub struct Engine {
     rules: Vec<Box<dyn Rule>>,
@@ -282,14 +303,24 @@ impl Engine {
             return outcome;
         }
         let parse = |raw: Option<&RawValue>| raw.map(document::parse).transpose();
-        match (parse(subject.object), parse(subject.old_object)) {
-            (Ok(object), Ok(old)) => {
-                let object = object.filter(|o| !o.is_null());
-                let old = old.filter(|o| !o.is_null());
-                self.review(&subject.with(object.as_ref(), old.as_ref()), cluster)
-            }
+        let (object, old) = match (parse(subject.object), parse(subject.old_object)) {
+            (Ok(object), Ok(old)) => (
+                object.filter(|o| !o.is_null()),
+                old.filter(|o| !o.is_null()),
+            ),
             (Err(error), _) | (_, Err(error)) => {
-                Outcome::skipped(Some(target), Skip::UnreadableObject(error.to_string()))
+                return Outcome::skipped(Some(target), Skip::UnreadableObject(error.to_string()));
+            }
+        };
+        let parsed = subject.with(object.as_ref(), old.as_ref());
+        if !spec {
+            return status::review(self, target, &parsed, cluster);
+        }
+        match self.repair_spec(target, &parsed, cluster) {
+            Repaired::Done(outcome) => outcome,
+            // The object was parsed for this review: it is patched in place to check.
+            Repaired::Patches(patches) => {
+                patches.finish(target, Cow::Owned(object.unwrap_or(Value::Null)))
             }
         }
     }
@@ -317,20 +348,44 @@ impl Engine {
         subject: &Subject<'_>,
         cluster: &dyn ClusterView,
     ) -> Outcome {
+        match self.repair_spec(target, subject, cluster) {
+            Repaired::Done(outcome) => outcome,
+            Repaired::Patches(patches) => {
+                // Only a repaired object gets here, and it has an object.
+                let object = subject
+                    .object
+                    .map_or(Cow::Owned(Value::Null), Cow::Borrowed);
+                patches.finish(target, object)
+            }
+        }
+    }
+
+    /// The rules on a spec in scope, up to the patches, which are not yet checked against
+    /// the object: `finish` does, with an object the caller may own.
+    fn repair_spec(
+        &self,
+        target: &'static Target,
+        subject: &Subject<'_>,
+        cluster: &dyn ClusterView,
+    ) -> Repaired {
         let in_scope = match scope::pod_spec(self, target, subject) {
             Ok(in_scope) => in_scope,
-            Err(outcome) => return outcome,
+            Err(outcome) => return Repaired::Done(outcome),
         };
         let active = run::active(self, &in_scope);
         if active.is_empty() {
-            return Outcome::clean(target);
+            return Repaired::Done(Outcome::clean(target));
         }
         let ran = match run::run(active, &in_scope, cluster) {
             Ok(ran) => ran,
-            Err(reason) => return Outcome::skipped(Some(target), reason),
+            Err(reason) => return Repaired::Done(Outcome::skipped(Some(target), reason)),
         };
         let (patch, repair) = patch::spec_patches(&in_scope, &ran);
-        patch::finish(target, in_scope.object, ran.findings, patch, repair)
+        Repaired::Patches(Patches {
+            findings: ran.findings,
+            patch,
+            repair,
+        })
     }
 
     /// Whether `namespace` is one podmend never acts in.

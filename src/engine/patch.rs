@@ -2,6 +2,7 @@
 //! repair `audit` shows, each with the `podmend.io/mutated` annotation, checked to apply to
 //! the object as it was sent.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use json_patch::PatchOperation;
@@ -64,10 +65,10 @@ fn changed_by(findings: &[Finding], enforced_only: bool) -> Vec<&'static str> {
 }
 
 /// The outcome of a review that ran rules, unless its patches do not apply to the object
-/// as sent (see [`applies`]).
+/// as sent (see [`applies`]). An object the caller owns is patched in place, not copied.
 pub(super) fn finish(
     target: &'static Target,
-    object: &Value,
+    object: Cow<'_, Value>,
     findings: Vec<Finding>,
     patch: Vec<PatchOperation>,
     repair: Vec<PatchOperation>,
@@ -89,19 +90,22 @@ pub(super) fn finish(
 /// does not have, and the API server would fail the request with an internal error. Leave
 /// the object to its validation, which says what is missing.
 fn applies(
-    object: &Value,
+    object: Cow<'_, Value>,
     patch: &[PatchOperation],
     repair: &[PatchOperation],
 ) -> Result<(), Skip> {
-    let differs = patch != repair;
-    for candidate in std::iter::once(repair).chain(differs.then_some(patch)) {
-        if let Err(error) = json_patch::patch(&mut object.clone(), candidate) {
-            return Err(Skip::UndecodablePodSpec(format!(
+    let check = |mut object: Value, candidate: &[PatchOperation]| {
+        json_patch::patch(&mut object, candidate).map_err(|error| {
+            Skip::UndecodablePodSpec(format!(
                 "the repair does not apply to the object as sent: {error}"
-            )));
-        }
+            ))
+        })
+    };
+    if patch == repair {
+        return check(object.into_owned(), repair);
     }
-    Ok(())
+    check(object.as_ref().clone(), repair)?;
+    check(object.into_owned(), patch)
 }
 
 /// The `add` operation that records the rules that changed the object, keeping rules

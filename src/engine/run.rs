@@ -77,21 +77,18 @@ pub(super) fn run(
         findings: Vec::new(),
     };
     for (rule, mode) in active {
-        let mut candidate = ran.repaired.spec.clone();
-        let messages = rule.repair(&mut candidate, &scope.meta, &cx);
-        let candidate_value = to_json(&candidate);
+        // A rule that only warns parts the states when it changes something: until they have
+        // parted, what came before it is kept for the applied state.
+        let before_parting =
+            (ran.applied.is_none() && mode != Mode::Enforce).then(|| ran.repaired.spec.clone());
+        let messages = rule.repair(&mut ran.repaired.spec, &scope.meta, &cx);
+        let value = to_json(&ran.repaired.spec);
         let before = ran.repaired.value.as_ref().unwrap_or(&ran.original_value);
-        let patch = prefixed(&spec_pointer, diff::diff(before, &candidate_value));
+        let patch = prefixed(&spec_pointer, diff::diff(before, &value));
         if messages.is_empty() && patch.is_empty() {
             continue;
         }
-        let previous = std::mem::replace(
-            &mut ran.repaired,
-            State {
-                spec: candidate,
-                value: Some(candidate_value),
-            },
-        );
+        let previous_value = ran.repaired.value.replace(value);
         if !patch.is_empty() {
             match (&mut ran.applied, mode) {
                 // An enforce-mode rule after the states parted: apply it to what is applied.
@@ -100,7 +97,12 @@ pub(super) fn run(
                     enforced.value = Some(to_json(&enforced.spec));
                 }
                 // A rule that only warns changed something: the states part here.
-                (None, mode) if mode != Mode::Enforce => ran.applied = Some(previous),
+                (None, mode) if mode != Mode::Enforce => {
+                    ran.applied = before_parting.map(|spec| State {
+                        spec,
+                        value: previous_value,
+                    });
+                }
                 _ => {}
             }
         }

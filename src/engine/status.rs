@@ -3,6 +3,8 @@
 //! typed status before and after, so it names nothing outside `/status` and drops no field the
 //! types do not know; no `podmend.io/mutated` annotation is added.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use serde::Deserialize;
 use serde_json::Value;
@@ -76,7 +78,7 @@ pub(super) fn review(
     let original_value = to_json(&original);
     let patch = status_patch(&original_value, &applied);
     let repair = status_patch(&original_value, &repaired);
-    finish(target, object, findings, patch, repair)
+    finish(target, Cow::Borrowed(object), findings, patch, repair)
 }
 
 /// The Pod as sent and as stored. The stored one tells whether it is being deleted or
