@@ -16,6 +16,7 @@ pub mod ratelimit;
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -582,37 +583,44 @@ fn unix_now() -> u64 {
         .as_secs()
 }
 
+/// Everything `podmend clean-storms` is told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanStormsOptions {
+    /// Kubeconfig file; `None`: `$KUBECONFIG`, `~/.kube/config`, in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; `None`: the current one.
+    pub context: Option<String>,
+    /// What to clean and how.
+    pub clean: CleanOptions,
+    /// Write the run's metrics to this file (Prometheus text format).
+    pub metrics_file: Option<PathBuf>,
+    /// Push the run's metrics to this Pushgateway (`http://HOST:PORT`).
+    pub pushgateway: Option<String>,
+}
+
 /// Runs `podmend clean-storms`: plans, cleans (or lists, with `--dry-run`), prints the summary
 /// line, hands the metrics over. True when nothing failed.
 pub async fn clean_command(
-    args: &crate::cli::CleanStormsArgs,
-    progress: bool,
+    options: &CleanStormsOptions,
     out: &mut dyn Write,
 ) -> Result<bool, StormError> {
-    let options = CleanOptions {
-        namespace: args.namespace.clone(),
-        page_size: args.page_size,
-        threshold: usize::try_from(args.threshold).unwrap_or(usize::MAX),
-        keep: usize::try_from(args.keep).unwrap_or(usize::MAX),
-        deletes_per_second: args.deletes_per_second,
-        dry_run: args.dry_run,
-        reasons: args.reasons.clone(),
-        progress,
-    };
-    let client =
-        crate::audit::cluster::client_for(args.kubeconfig.as_deref(), args.context.as_deref())
-            .await?;
-    let plan = plan(&client, &options).await?;
-    let mut outcome = execute(&client, &plan, &options, out).await?;
+    let clean = &options.clean;
+    let client = crate::audit::cluster::client_for(
+        options.kubeconfig.as_deref(),
+        options.context.as_deref(),
+    )
+    .await?;
+    let plan = plan(&client, clean).await?;
+    let mut outcome = execute(&client, &plan, clean, out).await?;
     // client_for's GET /version, which checks the API server answers.
     outcome.api_requests += 1;
     writeln!(out, "{}", outcome.summary()).map_err(StormError::Write)?;
     let text = metrics::render(&outcome);
-    if let Some(path) = &args.metrics_file {
+    if let Some(path) = &options.metrics_file {
         metrics::write_file(path, &text)?;
     }
-    if let Some(url) = &args.pushgateway {
-        metrics::push(url, args.namespace.as_deref(), &text).await?;
+    if let Some(url) = &options.pushgateway {
+        metrics::push(url, clean.namespace.as_deref(), &text).await?;
     }
     Ok(outcome.succeeded())
 }
