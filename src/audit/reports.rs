@@ -407,7 +407,7 @@ pub async fn apply_reports(
     let mut done = Applied::default();
     let mut kept = Kept::new();
     for report in reports {
-        let kind = report_kind(format, report)?;
+        let kind = report_kind(format, report).ok_or_else(|| not_a_report(format, report))?;
         let name = text(report, "/metadata/name");
         let namespace = text(report, "/metadata/namespace");
         let api = api_for(&client, &kind, namespace);
@@ -443,21 +443,28 @@ type Kept = BTreeMap<&'static str, BTreeSet<(String, String)>>;
 
 /// The kind of a report object `format` writes, checked: one of its two kinds, scoped as
 /// that kind is, of its apiVersion, with a name.
-fn report_kind(format: ReportFormat, report: &Value) -> Result<ReportKind, ReportError> {
-    let kind_name = text(report, "/kind");
-    let name = text(report, "/metadata/name");
+fn report_kind(format: ReportFormat, report: &Value) -> Option<ReportKind> {
     let namespace = text(report, "/metadata/namespace");
     format
-        .kind_of(kind_name)
+        .kind_of(text(report, "/kind"))
         .filter(|k| k.namespaced != namespace.is_empty())
-        .filter(|k| text(report, "/apiVersion") == k.api_version() && !name.is_empty())
-        .ok_or_else(|| ReportError::NotAReport {
-            format,
-            detail: format!(
-                "{kind_name:?} {name:?} in namespace {namespace:?} of apiVersion {:?}",
-                text(report, "/apiVersion")
-            ),
+        .filter(|k| {
+            text(report, "/apiVersion") == k.api_version()
+                && !text(report, "/metadata/name").is_empty()
         })
+}
+
+fn not_a_report(format: ReportFormat, report: &Value) -> ReportError {
+    ReportError::NotAReport {
+        format,
+        detail: format!(
+            "{:?} {:?} in namespace {:?} of apiVersion {:?}",
+            text(report, "/kind"),
+            text(report, "/metadata/name"),
+            text(report, "/metadata/namespace"),
+            text(report, "/apiVersion")
+        ),
+    }
 }
 
 /// The reports of `kind` in `scope` with both of podmend's labels that are not among
