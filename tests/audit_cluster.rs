@@ -7,6 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use common::api_stub::ApiStub;
+use common::storm::seed_workloads;
 use podmend::audit::cluster::{ClusterAuditError, ClusterAuditOptions, audit_cluster, client_for};
 use podmend::audit::reports::{
     ApplyScope, ReportError, ReportFormat, apply_reports, policy_reports,
@@ -135,29 +136,7 @@ fn pending_waiting_pod() -> Value {
 /// A stub serving every kind the audit lists, with the storm and the other pods.
 async fn stub_with(pods: Vec<Value>) -> ApiStub {
     let stub = ApiStub::start(nodes(), limit_ranges()).await;
-    stub.set_objects(
-        "deployments",
-        vec![cluster_fixture(
-            "deployment-pinniped-kube-cert-agent-nodename-stalled.json",
-        )],
-    );
-    stub.set_objects(
-        "replicasets",
-        vec![cluster_fixture(
-            "replicaset-pinniped-kube-cert-agent-nodename.json",
-        )],
-    );
-    for resource in [
-        "podtemplates",
-        "replicationcontrollers",
-        "statefulsets",
-        "daemonsets",
-        "jobs",
-        "cronjobs",
-    ] {
-        stub.set_objects(resource, vec![]);
-    }
-    stub.set_objects("pods", pods);
+    seed_workloads(&stub, pods);
     stub
 }
 

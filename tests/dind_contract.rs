@@ -9,33 +9,14 @@ mod common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
-use common::dind::{all_containers, fixture_pod};
+use common::dind::{all_containers, fixture_pod, parse_guard_args as parse};
 use common::pod_gen;
-use podmend::cli::{Cli, Command};
 use podmend::cluster::StaticCluster;
 use podmend::config::{Config, Mode, NodeAgents, SidecarMode};
 use podmend::dind::{Address, GUARD_CONTAINER, GuardCommand, Policy};
 use podmend::engine::{Engine, Operation, Subject};
 use proptest::test_runner::{Config as ProptestConfig, RngSeed, TestRunner};
 use serde_json::Value;
-
-/// Parses `args` as the guard container's arguments (its entrypoint is `podmend`).
-fn parse(args: &[String]) -> GuardCommand {
-    let argv = std::iter::once("podmend".to_string())
-        .chain(args.iter().cloned())
-        .chain(["--owner-pod-uid".to_string(), "uid".to_string()]);
-    let cli = Cli::try_parse_from(argv)
-        .unwrap_or_else(|error| panic!("podmend {} does not parse: {error}", args.join(" ")));
-    let Command::Guard(guard) = cli.command else {
-        panic!("not podmend guard: {args:?}");
-    };
-    assert!(guard.command.is_none(), "{args:?} is not the proxy");
-    guard
-        .run
-        .command()
-        .unwrap_or_else(|error| panic!("{args:?}: {error}"))
-}
 
 fn tcp(host: &str, port: u16) -> Address {
     Address::Tcp {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use common::api_stub::{ApiStub, Call};
 use common::chart::{Render, render};
 use common::net::{free_port, http_get};
-use common::storm::{NS, fixture, healthy, storm};
+use common::storm::{NS, fixture, healthy, seed_workloads, storm};
 use rbac::{Policy, Request, User, justifications};
 use serde_json::{Value, json};
 
@@ -279,31 +279,9 @@ fn check_webhook_tls(stub: &ApiStub, _: &Output) {
 /// A cluster to audit: the stalled Pinniped Deployment, its ReplicaSet and a storm, and the
 /// report kind served with a stale podmend report in `stale_namespace`.
 fn seed_audit(stub: &ApiStub, plural: &str, api_version: &str, kind: &str, stale_namespace: &str) {
-    stub.set_objects(
-        "deployments",
-        vec![fixture(
-            "cluster/deployment-pinniped-kube-cert-agent-nodename-stalled.json",
-        )],
-    );
-    stub.set_objects(
-        "replicasets",
-        vec![fixture(
-            "cluster/replicaset-pinniped-kube-cert-agent-nodename.json",
-        )],
-    );
-    for resource in [
-        "podtemplates",
-        "replicationcontrollers",
-        "statefulsets",
-        "daemonsets",
-        "jobs",
-        "cronjobs",
-    ] {
-        stub.set_objects(resource, vec![]);
-    }
     let mut pods = storm(60);
     pods.extend(healthy(5));
-    stub.set_objects("pods", pods);
+    seed_workloads(stub, pods);
     stub.serve_resource(plural, api_version, kind, true);
     let stale_name = if stale_namespace == NS {
         "podmend-audit-2"

@@ -151,17 +151,11 @@ async fn a_certificate_swapped_by_symlink_under_load_fails_no_request() {
     write_certs(&secret.join("..v1"));
     write_certs(&secret.join("..v2"));
     publish_version(&secret, "v1");
-    let server = tokio::task::spawn_blocking({
-        let secret = secret.clone();
-        move || {
-            Server::start(Options {
-                tls_dir: Some(secret),
-                ..Options::default()
-            })
-        }
+    let server = Server::start_async(Options {
+        tls_dir: Some(secret.clone()),
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
     // A client that trusts both CAs, as the API server does while a caBundle rotates.
     let cas: Vec<Vec<u8>> = ["..v1", "..v2"]
         .iter()
@@ -208,14 +202,11 @@ async fn served_leaf(server: &Server, ca_pem: &[u8]) -> Vec<u8> {
 async fn an_invalid_config_written_under_load_is_refused_and_the_old_one_keeps_serving() {
     // templates: enforce makes a Deployment's pod template repairable; the broken
     // replacement would otherwise not be noticed in the answers.
-    let server = tokio::task::spawn_blocking(|| {
-        Server::start(Options {
-            config: Some("rules:\n  node-affinity: {templates: enforce}\n".to_string()),
-            ..Options::default()
-        })
+    let server = Server::start_async(Options {
+        config: Some("rules:\n  node-affinity: {templates: enforce}\n".to_string()),
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
     let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
     let review = create_review("config", &deployment, "pinniped-concierge");
     let tally = Arc::new(Tally::default());
@@ -298,15 +289,12 @@ async fn trickled_request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_drops_readiness_first_and_loses_no_request() {
-    let mut server = tokio::task::spawn_blocking(|| {
-        Server::start(Options {
-            wait_ready: true,
-            shutdown_delay_seconds: 2,
-            ..Options::default()
-        })
+    let mut server = Server::start_async(Options {
+        wait_ready: true,
+        shutdown_delay_seconds: 2,
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
     let review = pinned_pod_review();
     let tally = Arc::new(Tally::default());
     let senders = start_load(
@@ -443,16 +431,13 @@ async fn a_cut_watch_reconnects_and_a_failing_one_turns_readiness_off_until_it_r
     )
     .await;
     let kubeconfig = stub.kubeconfig_path().to_path_buf();
-    let server = tokio::task::spawn_blocking(move || {
-        Server::start(Options {
-            kubeconfig: Some(kubeconfig),
-            wait_ready: true,
-            cache_stale_seconds: Some(1),
-            ..Options::default()
-        })
+    let server = Server::start_async(Options {
+        kubeconfig: Some(kubeconfig),
+        wait_ready: true,
+        cache_stale_seconds: Some(1),
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
 
     // A cut with a healthy API server: the watch resumes, readiness never drops.
     stub.cut_watches();

@@ -149,6 +149,14 @@ impl Server {
         }
     }
 
+    /// [`Server::start`] on a blocking thread, for async tests: the runtime's threads (an API
+    /// stub's among them) keep running while it waits for the server.
+    pub async fn start_async(options: Options) -> Server {
+        tokio::task::spawn_blocking(move || Server::start(options))
+            .await
+            .expect("server starts")
+    }
+
     pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("config.yaml")
     }
