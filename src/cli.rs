@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::audit::report::Format;
-use crate::audit::reports::ReportFormat;
+use crate::audit::policy_reports::ReportFormat;
+use crate::audit::report::OutputFormat;
 use crate::audit::{AuditInput, AuditOptions, FailOn, LiveCluster, PolicyReportOutput};
 use crate::dind::{Address, DEFAULT_MAX_EXITED, GuardCommand, Policy, parse_duration};
 use crate::guard::reap::parse_size;
@@ -242,7 +242,7 @@ pub struct AuditArgs {
     pub page_size: u32,
     /// Output: table, json, sarif, patch (JSON Lines), yaml (the manifests, repaired).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
-    pub output: Format,
+    pub output: OutputFormat,
     /// Exit 3 when a finding is at or above this mode (warn < deny < enforce), or never.
     /// Default: warn; never with -o yaml, so it works as a Helm post-renderer.
     #[arg(long, value_enum)]

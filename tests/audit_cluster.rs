@@ -9,8 +9,8 @@ use std::time::Duration;
 use common::api_stub::ApiStub;
 use common::storm::seed_workloads;
 use podmend::audit::cluster::{ClusterAuditError, ClusterAuditOptions, audit_cluster, client_for};
-use podmend::audit::reports::{
-    ApplyScope, ReportError, ReportFormat, apply_reports, policy_reports,
+use podmend::audit::policy_reports::{
+    ApplyScope, PolicyReportError, ReportFormat, apply_reports, policy_reports,
 };
 use podmend::audit::{Report, Source, SymptomKind};
 use podmend::cluster::StaticCluster;
@@ -153,7 +153,10 @@ fn every_pod() -> Vec<Value> {
 }
 
 /// Applies `reports` as `audit --policy-report --apply` does, cluster-wide; how many.
-async fn apply_policy_reports(stub: &ApiStub, reports: &[Value]) -> Result<usize, ReportError> {
+async fn apply_policy_reports(
+    stub: &ApiStub,
+    reports: &[Value],
+) -> Result<usize, PolicyReportError> {
     let scope = ApplyScope {
         namespace: None,
         page_size: 500,
@@ -597,7 +600,10 @@ async fn applying_without_the_crd_says_to_install_it() {
         let error = apply_policy_reports(&stub, &reports)
             .await
             .expect_err("no CRD");
-        assert!(matches!(error, ReportError::CrdMissing { .. }), "{error:?}");
+        assert!(
+            matches!(error, PolicyReportError::CrdMissing { .. }),
+            "{error:?}"
+        );
         let message = error.to_string();
         assert!(message.contains("PolicyReport CRD"), "{message}");
         assert!(message.contains("install"), "{message}");

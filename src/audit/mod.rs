@@ -1,14 +1,14 @@
 //! `podmend audit`: the dry run. Objects from manifests ([`manifests`]) or a live cluster
 //! ([`cluster`]) go through the same [`Engine::review`] as the webhook, as CREATE requests;
 //! the [`Report`] holds every finding with the exact patch the webhook computes, and
-//! [`report`] renders it (table, JSON, SARIF, patches); [`reports`] turns it into
+//! [`report`] renders it (table, JSON, SARIF, patches); [`policy_reports`] turns it into
 //! PolicyReports or OpenReports and keeps those current; repaired manifests and reports are
 //! written as YAML by [`yaml`], quoted so that YAML 1.1 and 1.2 readers agree.
 
 pub mod cluster;
 pub mod manifests;
+pub mod policy_reports;
 pub mod report;
-pub mod reports;
 pub mod yaml;
 
 use json_patch::PatchOperation;
@@ -23,8 +23,8 @@ use crate::cluster::{ClusterView, StaticCluster};
 use crate::config::{Config, ConfigError, Mode};
 use crate::engine::{Engine, Operation, Outcome, Subject};
 use crate::target;
-use report::Format;
-use reports::ReportFormat;
+use policy_reports::ReportFormat;
+use report::OutputFormat;
 
 /// Where an object came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -380,16 +380,16 @@ pub enum AuditError {
     #[error(transparent)]
     Cluster(#[from] cluster::ClusterAuditError),
     #[error(transparent)]
-    Report(Box<reports::ReportError>),
+    PolicyReport(Box<policy_reports::PolicyReportError>),
     #[error("-o yaml prints the given manifests repaired; it takes manifest paths, not --cluster")]
     YamlFromCluster,
     #[error("cannot write the output: {0}")]
     Write(#[source] std::io::Error),
 }
 
-impl From<reports::ReportError> for AuditError {
-    fn from(error: reports::ReportError) -> Self {
-        Self::Report(Box::new(error))
+impl From<policy_reports::PolicyReportError> for AuditError {
+    fn from(error: policy_reports::PolicyReportError) -> Self {
+        Self::PolicyReport(Box::new(error))
     }
 }
 
@@ -407,9 +407,9 @@ pub struct Terminal {
 pub struct AuditOptions {
     /// What to audit.
     pub input: AuditInput,
-    pub output: Format,
+    pub output: OutputFormat,
     /// When the run fails with [`EXIT_FINDINGS`]; `None`: `warn`, but never with
-    /// [`Format::Yaml`] (a Helm post-renderer must not fail on what it repairs).
+    /// [`OutputFormat::Yaml`] (a Helm post-renderer must not fail on what it repairs).
     pub fail_on: Option<FailOn>,
     /// Configuration file, as for `podmend serve` (its modes decide what each finding is).
     pub config: Option<PathBuf>,
@@ -418,7 +418,7 @@ pub struct AuditOptions {
 impl AuditOptions {
     /// The `--fail-on` level, its default resolved.
     pub fn fail_on(&self) -> FailOn {
-        let default = if self.output == Format::Yaml {
+        let default = if self.output == OutputFormat::Yaml {
             FailOn::Never
         } else {
             FailOn::Warn
@@ -472,7 +472,7 @@ pub async fn run(
     let report = match &options.input {
         AuditInput::Files(paths) => audit_files(&engine, paths, options.output, terminal, out)?,
         AuditInput::Cluster(live) => {
-            if options.output == Format::Yaml && live.policy_reports.is_none() {
+            if options.output == OutputFormat::Yaml && live.policy_reports.is_none() {
                 return Err(AuditError::YamlFromCluster);
             }
             audit_live_cluster(&engine, live, options.output, terminal, out).await?
@@ -491,7 +491,7 @@ fn write(out: &mut dyn Write, text: &str) -> Result<(), AuditError> {
 fn audit_files(
     engine: &Engine,
     paths: &[String],
-    output: Format,
+    output: OutputFormat,
     terminal: Terminal,
     out: &mut dyn Write,
 ) -> Result<Report, AuditError> {
@@ -504,7 +504,7 @@ fn audit_files(
         report.add_file(engine, file);
     }
     print_input_errors(&report);
-    if output == Format::Yaml {
+    if output == OutputFormat::Yaml {
         write(out, &manifests::render_repaired(&files, &report.repairs))?;
     } else {
         write(out, &render(&report, output, terminal))?;
@@ -517,7 +517,7 @@ fn audit_files(
 async fn audit_live_cluster(
     engine: &Engine,
     live: &LiveCluster,
-    output: Format,
+    output: OutputFormat,
     terminal: Terminal,
     out: &mut dyn Write,
 ) -> Result<Report, AuditError> {
@@ -549,18 +549,18 @@ async fn write_policy_reports(
     reports: PolicyReportOutput,
     out: &mut dyn Write,
 ) -> Result<(), AuditError> {
-    let objects = reports::reports(report, reports.format);
+    let objects = policy_reports::reports(report, reports.format);
     if !reports.apply {
         for object in &objects {
             write(out, &format!("---\n{}", yaml::to_string(object)))?;
         }
         return Ok(());
     }
-    let scope = reports::ApplyScope {
+    let scope = policy_reports::ApplyScope {
         namespace: live.namespace.as_deref(),
         page_size: live.page_size,
     };
-    let done = reports::apply_reports(client, reports.format, &objects, &scope).await?;
+    let done = policy_reports::apply_reports(client, reports.format, &objects, &scope).await?;
     let kind = reports.format.namespaced().kind;
     let mut line = format!("applied {} {kind}(s)", done.applied);
     if done.deleted.is_empty() {
@@ -584,14 +584,14 @@ fn print_input_errors(report: &Report) {
     }
 }
 
-fn render(report: &Report, format: Format, terminal: Terminal) -> String {
+fn render(report: &Report, format: OutputFormat, terminal: Terminal) -> String {
     match format {
-        Format::Table => report::table(report, terminal.color),
-        Format::Json => report::json(report),
-        Format::Sarif => report::sarif(report, env!("CARGO_PKG_VERSION")),
-        Format::Patch => report::patches(report),
+        OutputFormat::Table => report::table(report, terminal.color),
+        OutputFormat::Json => report::json(report),
+        OutputFormat::Sarif => report::sarif(report, env!("CARGO_PKG_VERSION")),
+        OutputFormat::Patch => report::patches(report),
         // Only reachable for cluster findings, refused above.
-        Format::Yaml => report::json(report),
+        OutputFormat::Yaml => report::json(report),
     }
 }
 

@@ -14,7 +14,7 @@ use crate::rules;
 /// a terminal; the renderers are [`table`], [`json`](fn@json), [`sarif`], [`patches`] and
 /// `manifests::render_repaired`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub enum OutputFormat {
     /// Aligned columns for a terminal, then symptoms, input errors and a summary.
     Table,
     /// One JSON document (apiVersion podmend.io/v1alpha1, kind AuditReport) with the summary,

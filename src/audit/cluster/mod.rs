@@ -1,7 +1,7 @@
 //! `audit --cluster`: the same engine over the workloads of a live cluster, listed page by
 //! page ([`lister`]), plus what only a cluster shows ([`symptoms`]). The connection and its
 //! errors are in [`client`]; the findings as PolicyReports or OpenReports are
-//! [`crate::audit::reports`]'s.
+//! [`crate::audit::policy_reports`]'s.
 
 pub mod client;
 pub(crate) mod lister;

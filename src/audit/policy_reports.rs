@@ -142,7 +142,7 @@ impl ReportFormat {
 
 /// What can stop `--policy-report --apply`, each with what to do about it.
 #[derive(Debug, thiserror::Error)]
-pub enum ReportError {
+pub enum PolicyReportError {
     #[error(
         "the {kind} CRD ({api_version}) is not installed in the cluster (404); {install}, or print the reports without --apply"
     )]
@@ -402,7 +402,7 @@ pub async fn apply_reports(
     format: ReportFormat,
     reports: &[Value],
     scope: &ApplyScope<'_>,
-) -> Result<Applied, ReportError> {
+) -> Result<Applied, PolicyReportError> {
     let params = PatchParams::apply(MANAGER).force();
     let mut done = Applied::default();
     let mut kept = Kept::new();
@@ -454,8 +454,8 @@ fn report_kind(format: ReportFormat, report: &Value) -> Option<ReportKind> {
         })
 }
 
-fn not_a_report(format: ReportFormat, report: &Value) -> ReportError {
-    ReportError::NotAReport {
+fn not_a_report(format: ReportFormat, report: &Value) -> PolicyReportError {
+    PolicyReportError::NotAReport {
         format,
         detail: format!(
             "{:?} {:?} in namespace {:?} of apiVersion {:?}",
@@ -475,7 +475,7 @@ async fn list_stale(
     kind: &ReportKind,
     applied: &BTreeSet<(String, String)>,
     scope: &ApplyScope<'_>,
-) -> Result<Vec<(String, String, Option<String>)>, ReportError> {
+) -> Result<Vec<(String, String, Option<String>)>, PolicyReportError> {
     let lister = Lister {
         page_size: scope.page_size.max(1),
         namespace: scope.namespace,
@@ -524,7 +524,7 @@ async fn delete_stale(
     (namespace, name): (&str, &str),
     uid: Option<String>,
     shown: &str,
-) -> Result<bool, ReportError> {
+) -> Result<bool, PolicyReportError> {
     let api = api_for(client, kind, namespace);
     let params = DeleteParams {
         preconditions: uid.map(|uid| Preconditions {
@@ -557,8 +557,8 @@ fn shown(namespace: &str, name: &str) -> String {
     }
 }
 
-fn crd_missing(format: ReportFormat, kind: &ReportKind) -> ReportError {
-    ReportError::CrdMissing {
+fn crd_missing(format: ReportFormat, kind: &ReportKind) -> PolicyReportError {
+    PolicyReportError::CrdMissing {
         kind: kind.kind.to_string(),
         api_version: kind.api_version(),
         install: format.crd_source(),
@@ -571,7 +571,7 @@ fn request_error(
     verb: &'static str,
     name: &str,
     error: kube::Error,
-) -> ReportError {
+) -> PolicyReportError {
     match error {
         // A missing namespace is a 404 too, naming the namespace in its details.
         kube::Error::Api(status)
@@ -588,7 +588,7 @@ fn request_error(
             message: status.message,
         }
         .into(),
-        kube::Error::Api(status) if status.code == 403 => ReportError::Forbidden {
+        kube::Error::Api(status) if status.code == 403 => PolicyReportError::Forbidden {
             verb,
             kind: kind.kind.to_string(),
             name: name.to_string(),
@@ -596,7 +596,7 @@ fn request_error(
             group: kind.group.to_string(),
             message: status.message,
         },
-        kube::Error::Api(status) => ReportError::Request {
+        kube::Error::Api(status) => PolicyReportError::Request {
             verb,
             kind: kind.kind.to_string(),
             name: name.to_string(),
