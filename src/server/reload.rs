@@ -3,6 +3,7 @@
 //! self-management writes (first one, then renewals).
 
 use std::future::Future;
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,48 +68,58 @@ pub(super) async fn reload_loop(
     ticks.tick().await;
     loop {
         ticks.tick().await;
-        match certs.reload_if_changed() {
-            Ok(false) => {}
-            Ok(true) => {
-                state.metrics.tls_reload(true);
-                state.metrics.set_certificate_expiry(certs.not_after_unix());
-                tracing::info!(cert = %options.tls_cert.display(), "serving certificate reloaded");
-            }
-            Err(error) => {
-                state.metrics.tls_reload(false);
-                tracing::error!("serving certificate not reloaded, keeping the old one: {error}");
-            }
+        reload_certificate(&state, &certs, &options.tls_cert);
+        if let Some(path) = &options.config {
+            reload_config(&state, path, &mut config_text);
         }
-        let Some(path) = &options.config else {
-            continue;
-        };
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(error) => {
-                if config_text.take().is_some() {
-                    state.metrics.config_reload(false);
-                    tracing::error!(
-                        "config {} unreadable, keeping the old one: {error}",
-                        path.display()
-                    );
-                }
-                continue;
-            }
-        };
-        if config_text.as_deref() == Some(text.as_str()) {
-            continue;
-        }
-        match Config::from_yaml(&text, &path.display().to_string()) {
-            Ok(config) => {
-                state.set_config(&config);
-                state.metrics.config_reload(true);
-                tracing::info!(config = %path.display(), "configuration reloaded");
-            }
-            Err(error) => {
-                state.metrics.config_reload(false);
-                tracing::error!("configuration not reloaded, keeping the old one: {error}");
-            }
-        }
-        config_text = Some(text);
     }
+}
+
+/// Loads the certificate files if they changed and are valid; else the old pair serves on.
+fn reload_certificate(state: &AppState, certs: &CertStore, cert_path: &Path) {
+    match certs.reload_if_changed() {
+        Ok(false) => {}
+        Ok(true) => {
+            state.metrics.tls_reload(true);
+            state.metrics.set_certificate_expiry(certs.not_after_unix());
+            tracing::info!(cert = %cert_path.display(), "serving certificate reloaded");
+        }
+        Err(error) => {
+            state.metrics.tls_reload(false);
+            tracing::error!("serving certificate not reloaded, keeping the old one: {error}");
+        }
+    }
+}
+
+/// Swaps in the config file at `path` if its text changed since `last_text` and it is
+/// valid; else the old configuration serves on. An unreadable file is reported once.
+fn reload_config(state: &AppState, path: &Path, last_text: &mut Option<String>) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(error) => {
+            if last_text.take().is_some() {
+                state.metrics.config_reload(false);
+                tracing::error!(
+                    "config {} unreadable, keeping the old one: {error}",
+                    path.display()
+                );
+            }
+            return;
+        }
+    };
+    if last_text.as_deref() == Some(text.as_str()) {
+        return;
+    }
+    match Config::from_yaml(&text, &path.display().to_string()) {
+        Ok(config) => {
+            state.set_config(&config);
+            state.metrics.config_reload(true);
+            tracing::info!(config = %path.display(), "configuration reloaded");
+        }
+        Err(error) => {
+            state.metrics.config_reload(false);
+            tracing::error!("configuration not reloaded, keeping the old one: {error}");
+        }
+    }
+    *last_text = Some(text);
 }
