@@ -80,6 +80,15 @@ mod timer;
 
 #[path = "common/cases.rs"]
 mod cases;
+#[allow(dead_code)]
+#[path = "../tests/common/net.rs"]
+mod net;
+#[path = "common/proc.rs"]
+mod proc;
+#[path = "common/serve.rs"]
+mod serve;
+#[path = "../tests/common/spawn.rs"]
+mod spawn;
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -298,10 +307,10 @@ async fn run_phase(
         );
     }
     let server_before = server.cpu_time()?;
-    let client_before = server::own_cpu_time()?;
+    let client_before = proc::cpu_time("self")?;
     let (slots, tally) = phase::run(&shared, slots, load, duration).await?;
     let server_cpu = server.cpu_time()?.saturating_sub(server_before);
-    let client_cpu = server::own_cpu_time()?.saturating_sub(client_before);
+    let client_cpu = proc::cpu_time("self")?.saturating_sub(client_before);
     drop(slots);
     first_errors.extend(tally.first_errors.iter().cloned());
     Ok(PhaseOutcome {

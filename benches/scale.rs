@@ -47,6 +47,16 @@ mod standin;
 #[path = "scale/template.rs"]
 mod template;
 
+#[allow(dead_code)]
+#[path = "../tests/common/net.rs"]
+mod net;
+#[path = "common/proc.rs"]
+mod proc;
+#[path = "common/serve.rs"]
+mod serve;
+#[path = "../tests/common/spawn.rs"]
+mod spawn;
+
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -54,8 +64,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
 
-use child::{Child, Ended, free_port, http_status, load_average};
+use child::{Child, Ended, load_average};
 use objects::Sizes;
+use serve::{free_port, http_status};
 use standin::StandIn;
 
 const USAGE: &str = "\
@@ -283,21 +294,8 @@ fn run_serve(
     let pki = dir.join("pki");
     let listen = free_port()?;
     let metrics = free_port()?;
-    let mut command = Command::new(&o.bin);
-    command
-        .arg("serve")
-        .arg("--listen")
-        .arg(listen.to_string())
-        .arg("--metrics-listen")
-        .arg(metrics.to_string())
-        .arg("--tls-cert")
-        .arg(pki.join("tls.crt"))
-        .arg("--tls-key")
-        .arg(pki.join("tls.key"))
-        .arg("--kubeconfig")
-        .arg(stand_in.kubeconfig())
-        .env_remove("RUST_LOG")
-        .env_remove("KUBECONFIG");
+    let mut command = spawn::serve_command(&o.bin, listen, metrics, &pki, stand_in.kubeconfig());
+    command.env_remove("RUST_LOG").env_remove("KUBECONFIG");
     let mut serve = Child::spawn(command, None, &dir.join("serve.log"))?;
     let deadline = Duration::from_secs(120);
     loop {
@@ -432,20 +430,7 @@ fn run_audit(
 
 /// `podmend certs` into `dir/pki`: the stand-in's and the webhook's serving pair.
 fn certs(o: &Options, dir: &std::path::Path) -> anyhow::Result<()> {
-    let output = Command::new(&o.bin)
-        .args(["certs", "--dns", "localhost", "--dns", "127.0.0.1", "--out"])
-        .arg(dir.join("pki"))
-        .output()
-        .with_context(|| format!("run {} certs", o.bin.display()))?;
-    if !output.status.success() {
-        bail!(
-            "{} certs failed ({}): {}",
-            o.bin.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(())
+    serve::write_certs(&o.bin, &dir.join("pki"))
 }
 
 /// Every run of one cluster: a stand-in, then serve and audit rounds.

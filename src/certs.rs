@@ -117,13 +117,7 @@ pub fn generate(dns_names: &[String], days: u32) -> Result<DevPki, CertsError> {
     let not_before = now - BACKDATE;
     let not_after = now + Duration::from_secs(u64::from(days) * 86_400);
 
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name = rcgen::DistinguishedName::new();
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, CA_COMMON_NAME);
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let mut ca_params = ca_params(CA_COMMON_NAME);
     ca_params.not_before = not_before;
     ca_params.not_after = not_after;
     let ca_key = KeyPair::generate().map_err(|source| CertsError::Generate {
@@ -136,16 +130,7 @@ pub fn generate(dns_names: &[String], days: u32) -> Result<DevPki, CertsError> {
             source,
         })?;
 
-    let mut leaf_params = CertificateParams::default();
-    leaf_params.distinguished_name = rcgen::DistinguishedName::new();
-    leaf_params
-        .distinguished_name
-        .push(DnType::CommonName, dns_names[0].trim());
-    leaf_params.subject_alt_names = sans;
-    leaf_params.is_ca = IsCa::ExplicitNoCa;
-    leaf_params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    leaf_params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    leaf_params.use_authority_key_identifier_extension = true;
+    let mut leaf_params = serving_params(sans, Some(dns_names[0].trim()));
     leaf_params.not_before = not_before;
     leaf_params.not_after = not_after;
     let leaf_key = KeyPair::generate().map_err(|source| CertsError::Generate {
@@ -164,6 +149,38 @@ pub fn generate(dns_names: &[String], days: u32) -> Result<DevPki, CertsError> {
         cert_pem: leaf.pem(),
         key_pem: leaf_key.serialize_pem(),
     })
+}
+
+/// A CA's parameters, as every CA podmend makes has them: `common_name` as its subject, no
+/// intermediate below it (path length 0), and the key usages of a CA that signs certificates
+/// and CRLs. The validity is the caller's. `podmend certs` and TLS self-management
+/// (`server::selftls`) both use it.
+pub(crate) fn ca_params(common_name: &str) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params
+}
+
+/// A serving certificate's parameters, as every one podmend makes has them: `sans`, the
+/// subject common name when given, not a CA, a digital-signature key for TLS servers only,
+/// and the authority key identifier that names its CA. The validity is the caller's.
+pub(crate) fn serving_params(sans: Vec<SanType>, common_name: Option<&str>) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    if let Some(name) = common_name {
+        params.distinguished_name.push(DnType::CommonName, name);
+    }
+    params.subject_alt_names = sans;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    params
 }
 
 /// An IP address becomes an IP SAN; anything else must be a valid DNS name, optionally with

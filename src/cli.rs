@@ -1,4 +1,7 @@
-//! The command line: `podmend serve | audit | clean-storms | guard | certs | config`.
+//! The command line: `podmend serve | audit | clean-storms | guard | certs | config`, and
+//! the conversions from its arguments to the options each entry point of the library takes
+//! ([`ServeOptions`], [`AuditOptions`], [`CleanStormsOptions`], …). Only `main.rs` uses this
+//! module; the library never reads clap's argument types.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,11 +9,14 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::audit::FailOn;
-use crate::audit::report::Format;
-use crate::audit::reports::ReportFormat;
+use crate::audit::policy_reports::ReportFormat;
+use crate::audit::report::OutputFormat;
+use crate::audit::{AuditInput, AuditOptions, FailOn, LiveCluster, PolicyReportOutput};
 use crate::dind::{Address, DEFAULT_MAX_EXITED, GuardCommand, Policy, parse_duration};
 use crate::guard::reap::parse_size;
+use crate::server::ServeOptions;
+use crate::server::selftls::{SelfTlsError, SelfTlsSettings};
+use crate::storms::{CleanOptions, CleanStormsOptions};
 use crate::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
@@ -145,6 +151,55 @@ pub struct SelfTlsArgs {
     pub tls_check_seconds: u64,
 }
 
+impl ServeArgs {
+    /// The options `podmend serve` runs with, the `--tls-self-manage` settings resolved.
+    pub fn options(self) -> Result<ServeOptions, SelfTlsError> {
+        let self_tls = self
+            .self_tls
+            .settings(&self.tls_cert, &self.tls_key)
+            .map(SelfTlsSettings::resolve)
+            .transpose()?;
+        Ok(ServeOptions {
+            listen: self.listen,
+            metrics_listen: self.metrics_listen,
+            tls_cert: self.tls_cert,
+            tls_key: self.tls_key,
+            config: self.config,
+            kubeconfig: self.kubeconfig,
+            reload_interval: Duration::from_secs(self.reload_seconds),
+            shutdown_timeout: Duration::from_secs(self.shutdown_seconds),
+            shutdown_delay: Duration::from_secs(self.shutdown_delay_seconds),
+            cache_stale_after: Duration::from_secs(self.cache_stale_seconds),
+            self_tls,
+            benchmark_null_route: self.benchmark_null_route,
+            client_ca: self.client_ca,
+        })
+    }
+}
+
+impl SelfTlsArgs {
+    /// The settings as given, with the serving pair's paths; `None` without
+    /// `--tls-self-manage`.
+    fn settings(
+        &self,
+        cert_path: &std::path::Path,
+        key_path: &std::path::Path,
+    ) -> Option<SelfTlsSettings> {
+        self.tls_self_manage.then(|| SelfTlsSettings {
+            namespace: self.tls_namespace.clone(),
+            secret: self.tls_secret.clone().unwrap_or_default(),
+            webhook_configurations: self.webhook_configurations.clone(),
+            service: self.tls_service.clone(),
+            service_dns: self.tls_service_dns.clone(),
+            renew_before_days: self.tls_renew_before_days,
+            validity_days: self.tls_validity_days,
+            check_interval: Duration::from_secs(self.tls_check_seconds),
+            cert_path: cert_path.to_path_buf(),
+            key_path: key_path.to_path_buf(),
+        })
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct CertsArgs {
     /// A DNS name (or IP address) the serving certificate is valid for; repeat for more.
@@ -187,7 +242,7 @@ pub struct AuditArgs {
     pub page_size: u32,
     /// Output: table, json, sarif, patch (JSON Lines), yaml (the manifests, repaired).
     #[arg(short = 'o', long, value_enum, default_value = "table")]
-    pub output: Format,
+    pub output: OutputFormat,
     /// Exit 3 when a finding is at or above this mode (warn < deny < enforce), or never.
     /// Default: warn; never with -o yaml, so it works as a Helm post-renderer.
     #[arg(long, value_enum)]
@@ -212,6 +267,32 @@ pub struct AuditArgs {
     /// printing them, and delete podmend's reports the run no longer produces.
     #[arg(long, requires = "policy_report")]
     pub apply: bool,
+}
+
+impl AuditArgs {
+    /// The options `podmend audit` runs with.
+    pub fn options(&self) -> AuditOptions {
+        let input = if self.cluster {
+            AuditInput::Cluster(LiveCluster {
+                kubeconfig: self.kubeconfig.clone(),
+                context: self.context.clone(),
+                namespace: self.namespace.clone(),
+                page_size: self.page_size,
+                policy_reports: self.policy_report.then_some(PolicyReportOutput {
+                    format: self.report_format,
+                    apply: self.apply,
+                }),
+            })
+        } else {
+            AuditInput::Files(self.paths.clone())
+        };
+        AuditOptions {
+            input,
+            output: self.output,
+            fail_on: self.fail_on,
+            config: self.config.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -418,6 +499,28 @@ pub struct CleanStormsArgs {
     /// node_exporter's textfile collector).
     #[arg(long, value_name = "FILE")]
     pub metrics_file: Option<PathBuf>,
+}
+
+impl CleanStormsArgs {
+    /// The options `podmend clean-storms` runs with; `progress` on stderr (a terminal).
+    pub fn options(&self, progress: bool) -> CleanStormsOptions {
+        CleanStormsOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            clean: CleanOptions {
+                namespace: self.namespace.clone(),
+                page_size: self.page_size,
+                threshold: usize::try_from(self.threshold).unwrap_or(usize::MAX),
+                keep: usize::try_from(self.keep).unwrap_or(usize::MAX),
+                deletes_per_second: self.deletes_per_second,
+                dry_run: self.dry_run,
+                reasons: self.reasons.clone(),
+                progress,
+            },
+            metrics_file: self.metrics_file.clone(),
+            pushgateway: self.pushgateway.clone(),
+        }
+    }
 }
 
 /// A rate per second: a positive number up to 10,000.

@@ -284,16 +284,28 @@ impl Config {
 
     /// Checks what the types cannot say.
     pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
-        let invalid = |key: &str, message: String| ConfigError::Invalid {
+        let invalid = |(key, message): (String, String)| ConfigError::Invalid {
             origin: origin.to_string(),
-            key: key.to_string(),
+            key,
             message,
         };
-        let agent = &self.rules.agent_requests;
-        for (index, resource) in agent.resources.iter().enumerate() {
+        self.rules.agent_requests.validate().map_err(invalid)?;
+        self.rules.dind_rm.validate().map_err(invalid)?;
+        self.rules.virtual_node_phase.validate().map_err(invalid)
+    }
+}
+
+/// What is wrong with a configuration: the key (its path from the top) and why.
+type KeyError = (String, String);
+
+impl AgentRequestsConfig {
+    /// Resources that can be zeroed; selectors that select something, with valid
+    /// expressions.
+    fn validate(&self) -> Result<(), KeyError> {
+        for (index, resource) in self.resources.iter().enumerate() {
             if !OVERCOMMITTABLE_RESOURCES.contains(&resource.as_str()) {
-                return Err(invalid(
-                    &format!("rules.agent-requests.resources[{index}]"),
+                return Err((
+                    format!("rules.agent-requests.resources[{index}]"),
                     format!(
                         "{resource:?} cannot be zeroed: the API requires requests to equal limits for \
                          hugepages and extended resources; use one of {OVERCOMMITTABLE_RESOURCES:?}"
@@ -301,7 +313,7 @@ impl Config {
                 ));
             }
         }
-        for (index, selector) in agent.selectors.iter().enumerate() {
+        for (index, selector) in self.selectors.iter().enumerate() {
             let key = format!("rules.agent-requests.selectors[{index}]");
             if selector.match_labels.as_ref().is_none_or(|m| m.is_empty())
                 && selector
@@ -309,8 +321,8 @@ impl Config {
                     .as_ref()
                     .is_none_or(|e| e.is_empty())
             {
-                return Err(invalid(
-                    &key,
+                return Err((
+                    key,
                     "an empty selector would select every pod; give matchLabels or matchExpressions"
                         .to_string(),
                 ));
@@ -323,8 +335,8 @@ impl Config {
                     _ => false,
                 };
                 if !ok {
-                    return Err(invalid(
-                        &format!("{key}.matchExpressions[{expr_index}]"),
+                    return Err((
+                        format!("{key}.matchExpressions[{expr_index}]"),
                         format!(
                             "operator {:?} with {values} values: In/NotIn need values, Exists/DoesNotExist take none",
                             expr.operator
@@ -333,34 +345,46 @@ impl Config {
                 }
             }
         }
-        let dind = &self.rules.dind_rm;
-        if dind.guard_image.trim().is_empty() || dind.guard_image.contains(char::is_whitespace) {
-            return Err(invalid(
-                "rules.dind-rm.guardImage",
+        Ok(())
+    }
+}
+
+impl DindRmConfig {
+    /// An image reference for the guard; daemon image patterns that can match.
+    fn validate(&self) -> Result<(), KeyError> {
+        if self.guard_image.trim().is_empty() || self.guard_image.contains(char::is_whitespace) {
+            return Err((
+                "rules.dind-rm.guardImage".to_string(),
                 format!(
                     "{:?} is not an image reference; e.g. {DEFAULT_GUARD_IMAGE}",
-                    dind.guard_image
+                    self.guard_image
                 ),
             ));
         }
-        for (index, pattern) in dind.daemon_images.iter().enumerate() {
+        for (index, pattern) in self.daemon_images.iter().enumerate() {
             if let Some(message) = daemon_image_pattern_error(pattern) {
-                return Err(invalid(
-                    &format!("rules.dind-rm.daemonImages[{index}]"),
+                return Err((
+                    format!("rules.dind-rm.daemonImages[{index}]"),
                     format!("{pattern:?}: {message}"),
                 ));
             }
         }
-        let phase = &self.rules.virtual_node_phase;
-        if phase.mode == Mode::Deny {
-            return Err(invalid(
-                "rules.virtual-node-phase.mode",
+        Ok(())
+    }
+}
+
+impl VirtualNodePhaseConfig {
+    /// No deny mode; a node selector that names the virtual nodes.
+    fn validate(&self) -> Result<(), KeyError> {
+        if self.mode == Mode::Deny {
+            return Err((
+                "rules.virtual-node-phase.mode".to_string(),
                 "deny would refuse the node's status writes; use enforce, warn or off".to_string(),
             ));
         }
-        if phase.node_selector.is_empty() {
-            return Err(invalid(
-                "rules.virtual-node-phase.nodeSelector",
+        if self.node_selector.is_empty() {
+            return Err((
+                "rules.virtual-node-phase.nodeSelector".to_string(),
                 "an empty selector would match nodes a real kubelet runs, and the kubelet owns \
                  their pods' phase; give the virtual nodes' labels, e.g. {type: virtual-kubelet}"
                     .to_string(),

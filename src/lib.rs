@@ -2,7 +2,8 @@
 //! over, and a dry-run audit that shows the same repairs.
 //!
 //! Module map:
-//! - [`cli`]: the command line (clap); `main.rs` only dispatches.
+//! - [`cli`]: the command line (clap) and its conversion into the options each entry point
+//!   takes; only `main.rs`, which only dispatches, uses it.
 //! - [`config`]: the YAML configuration, its defaults and validation.
 //! - [`admission`]: the `admission.k8s.io/v1` AdmissionReview envelope, in and out.
 //! - [`audit`]: `podmend audit`, the dry run over manifests and live clusters, and the

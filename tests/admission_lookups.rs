@@ -29,15 +29,12 @@ async fn start() -> (ApiStub, Server) {
     let kubeconfig = stub.kubeconfig_path().to_path_buf();
     // The server is a child process; start it off the runtime's threads so the stub keeps
     // answering while we wait for readiness.
-    let server = tokio::task::spawn_blocking(move || {
-        Server::start(Options {
-            kubeconfig: Some(kubeconfig),
-            wait_ready: true,
-            ..Options::default()
-        })
+    let server = Server::start_async(Options {
+        kubeconfig: Some(kubeconfig),
+        wait_ready: true,
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
     (stub, server)
 }
 

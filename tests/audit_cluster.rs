@@ -7,9 +7,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use common::api_stub::ApiStub;
+use common::storm::seed_workloads;
 use podmend::audit::cluster::{ClusterAuditError, ClusterAuditOptions, audit_cluster, client_for};
-use podmend::audit::reports::{
-    ApplyScope, ReportError, ReportFormat, apply_reports, policy_reports,
+use podmend::audit::policy_reports::{
+    ApplyScope, PolicyReportError, ReportFormat, apply_reports, policy_reports,
 };
 use podmend::audit::{Report, Source, SymptomKind};
 use podmend::cluster::StaticCluster;
@@ -135,29 +136,7 @@ fn pending_waiting_pod() -> Value {
 /// A stub serving every kind the audit lists, with the storm and the other pods.
 async fn stub_with(pods: Vec<Value>) -> ApiStub {
     let stub = ApiStub::start(nodes(), limit_ranges()).await;
-    stub.set_objects(
-        "deployments",
-        vec![cluster_fixture(
-            "deployment-pinniped-kube-cert-agent-nodename-stalled.json",
-        )],
-    );
-    stub.set_objects(
-        "replicasets",
-        vec![cluster_fixture(
-            "replicaset-pinniped-kube-cert-agent-nodename.json",
-        )],
-    );
-    for resource in [
-        "podtemplates",
-        "replicationcontrollers",
-        "statefulsets",
-        "daemonsets",
-        "jobs",
-        "cronjobs",
-    ] {
-        stub.set_objects(resource, vec![]);
-    }
-    stub.set_objects("pods", pods);
+    seed_workloads(&stub, pods);
     stub
 }
 
@@ -174,7 +153,10 @@ fn every_pod() -> Vec<Value> {
 }
 
 /// Applies `reports` as `audit --policy-report --apply` does, cluster-wide; how many.
-async fn apply_policy_reports(stub: &ApiStub, reports: &[Value]) -> Result<usize, ReportError> {
+async fn apply_policy_reports(
+    stub: &ApiStub,
+    reports: &[Value],
+) -> Result<usize, PolicyReportError> {
     let scope = ApplyScope {
         namespace: None,
         page_size: 500,
@@ -618,7 +600,10 @@ async fn applying_without_the_crd_says_to_install_it() {
         let error = apply_policy_reports(&stub, &reports)
             .await
             .expect_err("no CRD");
-        assert!(matches!(error, ReportError::CrdMissing { .. }), "{error:?}");
+        assert!(
+            matches!(error, PolicyReportError::CrdMissing { .. }),
+            "{error:?}"
+        );
         let message = error.to_string();
         assert!(message.contains("PolicyReport CRD"), "{message}");
         assert!(message.contains("install"), "{message}");

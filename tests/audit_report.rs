@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use podmend::audit::report::{self, Format};
+use podmend::audit::report::{self, OutputFormat};
 use podmend::audit::{InputError, ObjectRef, Report, Source, Symptom, SymptomKind};
 use podmend::cluster::StaticCluster;
 use podmend::config::{AgentRequestsConfig, Config, Mode, RulesConfig};
@@ -150,7 +150,7 @@ fn the_fixture_report_has_every_mode_a_symptom_and_an_error() {
 #[test]
 fn format_names_are_the_cli_values() {
     use clap::ValueEnum;
-    let names: Vec<String> = Format::value_variants()
+    let names: Vec<String> = OutputFormat::value_variants()
         .iter()
         .filter_map(|f| f.to_possible_value().map(|v| v.get_name().to_string()))
         .collect();

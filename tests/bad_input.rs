@@ -6,17 +6,13 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::k8s_rules;
 use common::server::{Options, Server, fixture};
-use rustls_pki_types::ServerName;
-use rustls_pki_types::pem::PemObject as _;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 const H1: &[&[u8]] = &[b"http/1.1"];
@@ -379,23 +375,7 @@ async fn every_catalog_request_gets_its_answer_and_metric_and_leaves_the_server_
 
 /// A TLS connection that trusts only the server's CA, offering `alpn`.
 async fn tls(server: &Server, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&server.ca_pem()) {
-        roots.add(cert.expect("CA PEM")).expect("add CA");
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let tcp = TcpStream::connect(server.webhook).await.expect("connect");
-    TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
-        .await
-        .expect("TLS handshake")
+    server.connect_tls(alpn).await
 }
 
 /// How a read of everything the server sent ended.

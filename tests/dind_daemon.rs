@@ -19,8 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::dind::{all_containers, argv, container, fixture_pod, free_port, guard, under};
+use common::dind::{all_containers, argv, container, fixture_pod, guard, under};
 use common::dockerd::{INSTALL_HINT, docker_cli, find_program, run, text};
+use common::net::free_port;
 use common::server::BIN;
 use podmend::cluster::StaticCluster;
 use podmend::config::Config;
@@ -318,11 +319,11 @@ fn start_guard(moved: &Moved, owner: &str) -> (Process, Vec<(u16, u16)>) {
                     .next()
                     .and_then(|p| p.parse().ok())
                     .expect("port");
-                let new = free_port();
+                let new = free_port().port();
                 ports.push((old, new));
                 format!("--listen=tcp://127.0.0.1:{new}")
             } else if arg.starts_with("--metrics-listen=") {
-                format!("--metrics-listen=127.0.0.1:{}", free_port())
+                format!("--metrics-listen={}", free_port())
             } else {
                 remap(&arg, root)
             }

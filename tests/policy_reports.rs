@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 
 use common::api_stub::ApiStub;
 use common::crd_schema::{Check, crd_path, problems};
-use podmend::audit::reports::{
+use podmend::audit::policy_reports::{
     ApplyScope, MAX_REPORT_BYTES, REPORT_SET, ReportFormat, apply_reports, part_name, reports,
 };
 use podmend::audit::{Report, Source};

@@ -18,8 +18,7 @@ mod common;
 mod rbac;
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,7 +26,8 @@ use std::time::{Duration, Instant};
 use common::api_stub::{ApiStub, Call};
 use common::chart::{Render, render};
 use common::dockerd::{self, text};
-use common::storm::{NS, fixture, healthy, storm};
+use common::net::{free_port, http_get};
+use common::storm::{NS, fixture, healthy, seed_workloads, storm};
 use rbac::{Policy, Request, User, justifications};
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt as _;
@@ -305,31 +305,9 @@ fn check_webhook_tls(stub: &ApiStub, _: &Output) {
 /// A cluster to audit: the stalled Pinniped Deployment, its ReplicaSet and a storm, and the
 /// report kind served with a stale podmend report in `stale_namespace`.
 fn seed_audit(stub: &ApiStub, plural: &str, api_version: &str, kind: &str, stale_namespace: &str) {
-    stub.set_objects(
-        "deployments",
-        vec![fixture(
-            "cluster/deployment-pinniped-kube-cert-agent-nodename-stalled.json",
-        )],
-    );
-    stub.set_objects(
-        "replicasets",
-        vec![fixture(
-            "cluster/replicaset-pinniped-kube-cert-agent-nodename.json",
-        )],
-    );
-    for resource in [
-        "podtemplates",
-        "replicationcontrollers",
-        "statefulsets",
-        "daemonsets",
-        "jobs",
-        "cronjobs",
-    ] {
-        stub.set_objects(resource, vec![]);
-    }
     let mut pods = storm(60);
     pods.extend(healthy(5));
-    stub.set_objects("pods", pods);
+    seed_workloads(stub, pods);
     stub.serve_resource(plural, api_version, kind, true);
     let stale_name = if stale_namespace == NS {
         "podmend-audit-2"
@@ -450,12 +428,6 @@ fn container(render: &Render, workload: Workload) -> Value {
     pod_spec(render, workload)["containers"][0].clone()
 }
 
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-}
-
 /// The container's arguments, with the pod's paths moved under `dir` (the config from the
 /// rendered ConfigMap, a serving certificate from `podmend certs`) and its ports on loopback.
 /// Returns the arguments and the metrics address.
@@ -515,19 +487,13 @@ fn prepare_file(render: &Render, path: &Path) {
 }
 
 fn readyz(addr: SocketAddr) -> bool {
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    if stream
-        .write_all(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
-    let mut answer = String::new();
-    let _ = stream.read_to_string(&mut answer);
-    answer.starts_with("HTTP/1.1 200")
+    let answer = http_get(
+        addr,
+        "/readyz",
+        Duration::from_millis(200),
+        Duration::from_millis(500),
+    );
+    matches!(answer, Ok((200, _)))
 }
 
 /// Runs one scenario of `component`; returns the calls the binary made.

@@ -12,6 +12,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use common::api_stub::ApiStub;
+use common::net::free_port;
+use common::tls;
 use podmend::server::selftls::{self, Material, SelfTls, SelfTlsOptions, parse_certs};
 use podmend::server::{self, ServeOptions};
 use rcgen::{
@@ -20,8 +22,7 @@ use rcgen::{
 };
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls_pki_types::{ServerName, UnixTime};
 use serde_json::{Value, json};
 
 const NS: &str = "podmend-system";
@@ -124,20 +125,13 @@ fn ca_bundles(stub: &ApiStub) -> Vec<String> {
 
 /// Whether `cert_pem` verifies for `name` against the CAs in `bundle`.
 fn verifies(bundle: &str, cert_pem: &str, name: &str) -> bool {
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in CertificateDer::pem_slice_iter(bundle.as_bytes()) {
-        roots.add(ca.expect("CA PEM")).expect("add CA");
-    }
-    let verifier = WebPkiServerVerifier::builder_with_provider(
-        Arc::new(roots),
-        Arc::new(rustls::crypto::ring::default_provider()),
-    )
-    .build()
-    .expect("verifier");
-    let leaf = CertificateDer::from_pem_slice(cert_pem.as_bytes()).expect("leaf PEM");
+    let roots = tls::roots([bundle.as_bytes()]);
+    let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), tls::provider())
+        .build()
+        .expect("verifier");
     verifier
         .verify_server_cert(
-            &leaf,
+            &tls::leaf_der(cert_pem.as_bytes()),
             &[],
             &ServerName::try_from(name.to_string()).expect("name"),
             &[],
@@ -412,13 +406,6 @@ async fn missing_webhook_configuration_is_a_clear_error() {
     assert!(error.to_string().contains("\"nope\""), "{error}");
 }
 
-fn free_port() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_keeps_answering_while_its_certificate_is_replaced() {
     install_provider();
@@ -450,15 +437,7 @@ async fn server_keeps_answering_while_its_certificate_is_replaced() {
 
     // Ready once the certificate is in place.
     let plain = reqwest::Client::builder()
-        .tls_backend_preconfigured(
-            rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth(),
-        )
+        .tls_backend_preconfigured(tls::client_config(tls::roots([]), &[]))
         .build()
         .unwrap();
     let readyz = format!("http://{metrics}/readyz");
@@ -476,17 +455,7 @@ async fn server_keeps_answering_while_its_certificate_is_replaced() {
     let first = secret_material(&stub);
 
     // A client that opens a new connection (new handshake) for every request.
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(first.ca_bundle.as_bytes()).unwrap())
-        .unwrap();
-    let client_tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let client_tls = tls::client_config(tls::roots([first.ca_bundle.as_bytes()]), &[]);
     let client = reqwest::Client::builder()
         .tls_backend_preconfigured(client_tls)
         .pool_max_idle_per_host(0)
@@ -552,35 +521,16 @@ async fn server_keeps_answering_while_its_certificate_is_replaced() {
     stop.store(true, Ordering::Relaxed);
     looping.await.unwrap();
 
-    let served = {
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(
-            rustls::ClientConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates({
-                let mut roots = rustls::RootCertStore::empty();
-                roots
-                    .add(CertificateDer::from_pem_slice(first.ca_bundle.as_bytes()).unwrap())
-                    .unwrap();
-                roots
-            })
-            .with_no_client_auth(),
-        ));
-        let tcp = tokio::net::TcpStream::connect(listen).await.unwrap();
-        let stream = connector
-            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+    let trusting_first_ca = tls::client_config(tls::roots([first.ca_bundle.as_bytes()]), &[]);
+    let served = tls::presented_leaf(
+        &tls::connect(listen, trusting_first_ca)
             .await
-            .unwrap();
-        stream.get_ref().1.peer_certificates().unwrap()[0].to_vec()
-    };
+            .expect("handshake"),
+    );
     let renewed = secret_material(&stub);
     assert_eq!(
         served,
-        CertificateDer::from_pem_slice(renewed.cert.as_bytes())
-            .unwrap()
-            .to_vec(),
+        tls::leaf_der(renewed.cert.as_bytes()).to_vec(),
         "the renewed certificate is served"
     );
     assert_eq!(renewed.ca_bundle, first.ca_bundle, "same CA");

@@ -5,12 +5,10 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::server::{BIN, Options, Server, write_certs};
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, ServerName};
+use common::server::{BIN, Options, Server, publish_version, write_certs};
+use common::tls;
 
 #[test]
 fn podmend_config_prints_defaults_that_check_as_valid() {
@@ -104,60 +102,25 @@ fn serve_refuses_to_start_without_a_certificate_and_says_which_flag() {
     );
 }
 
-/// Lays out `dir` as the kubelet lays out a Secret volume: `tls.crt -> ..data/tls.crt`,
-/// `..data -> ..<version>`, and swaps `..data` atomically to a new version.
+/// Writes a new PKI into `dir/..<version>` and swaps the Secret volume's `..data` to it.
 fn publish(dir: &Path, version: &str) {
-    let versioned = dir.join(format!("..{version}"));
-    write_certs(&versioned);
-    let tmp = dir.join("..data_tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(format!("..{version}"), &tmp).expect("symlink");
-    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
-    for file in ["tls.crt", "tls.key", "ca.crt"] {
-        let link = dir.join(file);
-        if std::fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(format!("..data/{file}"), &link).expect("symlink");
-        }
-    }
+    write_certs(&dir.join(format!("..{version}")));
+    publish_version(dir, version);
 }
 
-/// The certificate the server presents on a new TLS connection (no verification: we only
-/// compare which certificate is served).
+/// The certificate the server presents on a new TLS connection, trusting the CAs of both
+/// versions (only which certificate is served is compared).
 async fn served_certificate(server: &Server) -> Vec<u8> {
-    let mut roots = rustls::RootCertStore::empty();
     let dir = server.dir.path().join("secret");
-    for version in ["..v1", "..v2"] {
-        if let Ok(pem) = std::fs::read(dir.join(version).join("ca.crt")) {
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                roots.add(cert.expect("pem")).expect("add");
-            }
-        }
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(server.webhook)
-        .await
-        .expect("connect");
-    let tls = connector
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+    let cas: Vec<Vec<u8>> = ["..v1", "..v2"]
+        .iter()
+        .filter_map(|version| std::fs::read(dir.join(version).join("ca.crt")).ok())
+        .collect();
+    let config = tls::client_config(tls::roots(cas.iter().map(Vec::as_slice)), &[]);
+    let connection = tls::connect(server.webhook, config)
         .await
         .expect("handshake");
-    tls.get_ref().1.peer_certificates().expect("certificate")[0].to_vec()
-}
-
-fn leaf_der(path: &Path) -> Vec<u8> {
-    let pem = std::fs::read(path).expect("read");
-    CertificateDer::pem_slice_iter(&pem)
-        .next()
-        .expect("a cert")
-        .expect("pem")
-        .to_vec()
+    tls::presented_leaf(&connection)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,10 +138,10 @@ async fn serve_picks_up_a_certificate_swapped_in_by_a_secret_volume_symlink() {
 
     assert_eq!(
         served_certificate(&server).await,
-        leaf_der(&secret.join("..v1/tls.crt"))
+        tls::leaf_der_of_file(&secret.join("..v1/tls.crt"))
     );
     publish(&secret, "v2");
-    let expected = leaf_der(&secret.join("..v2/tls.crt"));
+    let expected = tls::leaf_der_of_file(&secret.join("..v2/tls.crt"));
     let deadline = Instant::now() + Duration::from_secs(15);
     while served_certificate(&server).await != expected {
         assert!(

@@ -5,15 +5,13 @@
 
 mod common;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::api_stub::ApiStub;
-use common::server::{Options, Server, create_review, fixture, write_certs};
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, ServerName};
+use common::server::{Options, Server, create_review, fixture, publish_version, write_certs};
+use common::tls;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -23,20 +21,7 @@ const SENDERS: usize = 4;
 /// A TLS client that trusts every CA in `ca_pems`; `fresh_connections` makes it open a new
 /// connection (a new TLS handshake) for every request.
 fn client(ca_pems: &[Vec<u8>], alpn: &[u8], fresh_connections: bool) -> reqwest::Client {
-    let mut roots = rustls::RootCertStore::empty();
-    for pem in ca_pems {
-        for cert in CertificateDer::pem_slice_iter(pem) {
-            roots.add(cert.expect("CA PEM")).expect("add CA");
-        }
-    }
-    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("protocol versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    tls.alpn_protocols = vec![alpn.to_vec()];
+    let tls = tls::client_config(tls::roots(ca_pems.iter().map(Vec::as_slice)), &[alpn]);
     let mut builder = reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .timeout(Duration::from_secs(10));
@@ -159,39 +144,18 @@ fn pinned_pod_review() -> Value {
     review
 }
 
-/// Lays `dir` out as the kubelet lays out a Secret volume (`tls.crt -> ..data/tls.crt`,
-/// `..data -> ..<version>`) and points `..data` at `version` with one atomic rename.
-fn publish(dir: &Path, version: &str) {
-    let tmp = dir.join("..data_tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(format!("..{version}"), &tmp).expect("symlink");
-    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
-    for file in ["tls.crt", "tls.key", "ca.crt"] {
-        let link = dir.join(file);
-        if std::fs::symlink_metadata(&link).is_err() {
-            std::os::unix::fs::symlink(format!("..data/{file}"), &link).expect("symlink");
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_swapped_by_symlink_under_load_fails_no_request() {
     let scratch = tempfile::tempdir().expect("tempdir");
     let secret = scratch.path().join("secret");
     write_certs(&secret.join("..v1"));
     write_certs(&secret.join("..v2"));
-    publish(&secret, "v1");
-    let server = tokio::task::spawn_blocking({
-        let secret = secret.clone();
-        move || {
-            Server::start(Options {
-                tls_dir: Some(secret),
-                ..Options::default()
-            })
-        }
+    publish_version(&secret, "v1");
+    let server = Server::start_async(Options {
+        tls_dir: Some(secret.clone()),
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
     // A client that trusts both CAs, as the API server does while a caBundle rotates.
     let cas: Vec<Vec<u8>> = ["..v1", "..v2"]
         .iter()
@@ -206,7 +170,7 @@ async fn a_certificate_swapped_by_symlink_under_load_fails_no_request() {
         tally.clone(),
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
-    publish(&secret, "v2");
+    publish_version(&secret, "v2");
     wait_for_metrics(&server, "the new certificate loaded", |m| {
         m.contains("podmend_tls_reloads_total{result=\"success\"} 1")
     })
@@ -222,60 +186,27 @@ async fn a_certificate_swapped_by_symlink_under_load_fails_no_request() {
         &std::fs::read(secret.join("..v2/ca.crt")).expect("ca"),
     )
     .await;
-    assert_eq!(served, leaf_der(&secret.join("..v2/tls.crt")));
+    assert_eq!(served, tls::leaf_der_of_file(&secret.join("..v2/tls.crt")));
 }
 
 /// The leaf certificate a new TLS connection is served, verified against `ca_pem`.
 async fn served_leaf(server: &Server, ca_pem: &[u8]) -> Vec<u8> {
-    let tls = tls_connect(server.webhook, ca_pem).await;
-    tls.get_ref().1.peer_certificates().expect("certificate")[0].to_vec()
-}
-
-async fn tls_connect(
-    addr: std::net::SocketAddr,
-    ca_pem: &[u8],
-) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem) {
-        roots.add(cert.expect("pem")).expect("add");
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    connector
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
+    let config = tls::client_config(tls::roots([ca_pem]), &[b"http/1.1"]);
+    let connection = tls::connect(server.webhook, config)
         .await
-        .expect("handshake")
-}
-
-fn leaf_der(path: &Path) -> Vec<u8> {
-    let pem = std::fs::read(path).expect("read");
-    CertificateDer::pem_slice_iter(&pem)
-        .next()
-        .expect("a cert")
-        .expect("pem")
-        .to_vec()
+        .expect("handshake");
+    tls::presented_leaf(&connection)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_config_written_under_load_is_refused_and_the_old_one_keeps_serving() {
     // templates: enforce makes a Deployment's pod template repairable; the broken
     // replacement would otherwise not be noticed in the answers.
-    let server = tokio::task::spawn_blocking(|| {
-        Server::start(Options {
-            config: Some("rules:\n  node-affinity: {templates: enforce}\n".to_string()),
-            ..Options::default()
-        })
+    let server = Server::start_async(Options {
+        config: Some("rules:\n  node-affinity: {templates: enforce}\n".to_string()),
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
     let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
     let review = create_review("config", &deployment, "pinniped-concierge");
     let tally = Arc::new(Tally::default());
@@ -319,7 +250,8 @@ async fn trickled_request(
     spread: Duration,
 ) -> String {
     let body = serde_json::to_vec(review).expect("json");
-    let mut tls = tls_connect(addr, ca_pem).await;
+    let config = tls::client_config(tls::roots([ca_pem]), &[b"http/1.1"]);
+    let mut tls = tls::connect(addr, config).await.expect("handshake");
     let head = format!(
         "POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -357,15 +289,12 @@ async fn trickled_request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_drops_readiness_first_and_loses_no_request() {
-    let mut server = tokio::task::spawn_blocking(|| {
-        Server::start(Options {
-            wait_ready: true,
-            shutdown_delay_seconds: 2,
-            ..Options::default()
-        })
+    let mut server = Server::start_async(Options {
+        wait_ready: true,
+        shutdown_delay_seconds: 2,
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
     let review = pinned_pod_review();
     let tally = Arc::new(Tally::default());
     let senders = start_load(
@@ -502,16 +431,13 @@ async fn a_cut_watch_reconnects_and_a_failing_one_turns_readiness_off_until_it_r
     )
     .await;
     let kubeconfig = stub.kubeconfig_path().to_path_buf();
-    let server = tokio::task::spawn_blocking(move || {
-        Server::start(Options {
-            kubeconfig: Some(kubeconfig),
-            wait_ready: true,
-            cache_stale_seconds: Some(1),
-            ..Options::default()
-        })
+    let server = Server::start_async(Options {
+        kubeconfig: Some(kubeconfig),
+        wait_ready: true,
+        cache_stale_seconds: Some(1),
+        ..Options::default()
     })
-    .await
-    .expect("server starts");
+    .await;
 
     // A cut with a healthy API server: the watch resumes, readiness never drops.
     stub.cut_watches();

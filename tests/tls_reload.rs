@@ -2,36 +2,33 @@
 //! Secret volume's `..data` symlink, broken replacements, ALPN and protocol versions.
 //! Clients trust only the CA that `podmend certs` made; ring is the provider everywhere.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use common::tls;
 use podmend::certs::{self, DevPki};
 use podmend::server::tls::{CertStore, TlsError, server_config};
-use rustls::crypto::{CryptoProvider, ring};
-use rustls::{ClientConfig, ProtocolVersion, RootCertStore, SupportedProtocolVersion};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls::{ProtocolVersion, SupportedProtocolVersion};
+use rustls_pki_types::CertificateDer;
 use tempfile::TempDir;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::TlsAcceptor;
 
 const H2: &[u8] = b"h2";
 const HTTP1: &[u8] = b"http/1.1";
 const TLS12_ONLY: &[&SupportedProtocolVersion] = &[&rustls::version::TLS12];
 const TLS13_ONLY: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13];
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(ring::default_provider())
-}
-
 fn dev_pki() -> DevPki {
     certs::generate(&["localhost".to_string(), "127.0.0.1".to_string()], 30).expect("dev PKI")
 }
 
 fn leaf_der(cert_pem: &str) -> CertificateDer<'static> {
-    CertificateDer::from_pem_slice(cert_pem.as_bytes()).expect("leaf PEM")
+    tls::leaf_der(cert_pem.as_bytes())
 }
 
 /// A Secret volume as kubelet lays it out: a timestamped directory holding the files,
@@ -145,20 +142,9 @@ impl<'a> Client<'a> {
     }
 
     async fn connect(&self, addr: SocketAddr) -> Result<Handshake, std::io::Error> {
-        let mut roots = RootCertStore::empty();
-        for ca in &self.trusted_cas {
-            roots.add(leaf_der(ca)).expect("trust CA");
-        }
-        let mut config = ClientConfig::builder_with_provider(provider())
-            .with_protocol_versions(self.versions)
-            .expect("client versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = self.alpn.iter().map(|p| p.to_vec()).collect();
-        let connector = TlsConnector::from(Arc::new(config));
-        let tcp = TcpStream::connect(addr).await?;
-        let name = ServerName::try_from("localhost").expect("server name");
-        let tls = connector.connect(name, tcp).await?;
+        let roots = tls::roots(self.trusted_cas.iter().map(|ca| ca.as_bytes()));
+        let config = tls::client_config_with(roots, Some(self.versions), None, &self.alpn);
+        let tls = tls::connect(addr, config).await?;
         let (_, conn) = tls.get_ref();
         let leaf = conn
             .peer_certificates()

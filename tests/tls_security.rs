@@ -6,27 +6,24 @@
 
 mod common;
 
-use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::server::{BIN, Options, Server, create_review, fixture, write_certs};
+use common::net::free_port;
+use common::server::{Options, Server, create_review, fixture, serve_command_in, write_certs};
+use common::tls::{self, Identity};
 use podmend::server::tls::{CIPHER_SUITES, is_accepted_suite};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair,
 };
-use rustls::crypto::ring;
-use rustls::{AlertDescription, ClientConfig, ProtocolVersion, RootCertStore};
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{AlertDescription, ProtocolVersion};
+use rustls_pki_types::PrivateKeyDer;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
 fn handshake_failures(reason: &str) -> String {
     format!("podmend_tls_handshake_failures_total{{reason=\"{reason}\"}}")
@@ -35,7 +32,7 @@ fn handshake_failures(reason: &str) -> String {
 /// A plain-HTTP client for the metrics port (reqwest wants a TLS setup even so).
 fn plain_client() -> reqwest::Client {
     reqwest::Client::builder()
-        .tls_backend_preconfigured(client_config(b"", None, None))
+        .tls_backend_preconfigured(tls::client_config(tls::roots([]), &[]))
         .timeout(Duration::from_secs(10))
         .build()
         .expect("client")
@@ -391,36 +388,8 @@ async fn rustls_connect_to(
     versions: Option<&[&'static rustls::SupportedProtocolVersion]>,
     identity: Option<&Identity>,
 ) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-    let mut config = client_config(ca_pem, versions, identity);
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let tcp = TcpStream::connect(address).await?;
-    TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").expect("name"), tcp)
-        .await
-}
-
-fn client_config(
-    ca_pem: &[u8],
-    versions: Option<&[&'static rustls::SupportedProtocolVersion]>,
-    identity: Option<&Identity>,
-) -> ClientConfig {
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem) {
-        roots.add(cert.expect("CA PEM")).expect("add CA");
-    }
-    let builder = ClientConfig::builder_with_provider(Arc::new(ring::default_provider()));
-    let builder = match versions {
-        Some(versions) => builder.with_protocol_versions(versions),
-        None => builder.with_safe_default_protocol_versions(),
-    }
-    .expect("versions")
-    .with_root_certificates(roots);
-    match identity {
-        Some(identity) => builder
-            .with_client_auth_cert(vec![identity.cert.clone()], identity.key.clone_key())
-            .expect("client certificate"),
-        None => builder.with_no_client_auth(),
-    }
+    let config = tls::client_config_with(tls::roots([ca_pem]), versions, identity, alpn);
+    tls::connect(address, config).await
 }
 
 /// The alert the server sent, if that is why `error` happened.
@@ -462,105 +431,12 @@ async fn tls13_and_tls12_clients_get_an_ecdhe_aead_suite() {
 // `serve` with extra flags
 // ------------------------------------------------------------------------------------------------
 
-/// `podmend serve` with flags `common::server::Server` does not pass (`--client-ca`,
-/// `--log-format`); killed when dropped.
-struct Serve {
-    child: Child,
-    webhook: SocketAddr,
-    metrics: SocketAddr,
-    dir: tempfile::TempDir,
-}
-
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-impl Serve {
-    fn command(dir: &Path, webhook: SocketAddr, metrics: SocketAddr) -> Command {
-        let mut command = Command::new(BIN);
-        command
-            .arg("serve")
-            .arg("--listen")
-            .arg(webhook.to_string())
-            .arg("--metrics-listen")
-            .arg(metrics.to_string())
-            .arg("--tls-cert")
-            .arg(dir.join("certs/tls.crt"))
-            .arg("--tls-key")
-            .arg(dir.join("certs/tls.key"))
-            .arg("--kubeconfig")
-            .arg(dir.join("no-kubeconfig"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null());
-        command
-    }
-
-    /// Starts the server with `args` added and waits for `/healthz`.
-    fn start(args: &[OsString]) -> Serve {
-        let dir = tempfile::tempdir().expect("tempdir");
-        write_certs(&dir.path().join("certs"));
-        let (webhook, metrics) = (free_port(), free_port());
-        let child = Self::command(dir.path(), webhook, metrics)
-            .args(args)
-            .stderr(std::fs::File::create(dir.path().join("serve.log")).expect("log"))
-            .spawn()
-            .expect("start podmend serve");
-        let serve = Serve {
-            child,
-            webhook,
-            metrics,
-            dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(serve.metrics).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "podmend did not listen within 20 s: {}",
-                serve.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        serve
-    }
-
-    fn ca_pem(&self) -> Vec<u8> {
-        std::fs::read(self.dir.path().join("certs/ca.crt")).expect("ca.crt")
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("serve.log")).unwrap_or_default()
-    }
-
-    /// A reqwest client trusting the server's CA, presenting `identity` if given.
-    fn client(&self, alpn: &[&[u8]], identity: Option<&Identity>) -> reqwest::Client {
-        let mut config = client_config(&self.ca_pem(), None, identity);
-        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-        reqwest::Client::builder()
-            .tls_backend_preconfigured(config)
-            .timeout(Duration::from_secs(10))
-            .build()
-            .expect("client")
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("https://localhost:{}{path}", self.webhook.port())
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A client certificate and its key.
-struct Identity {
-    cert: CertificateDer<'static>,
-    key: PrivateKeyDer<'static>,
+/// `podmend serve` with `args` added (`--client-ca`, `--log-format`).
+fn serve_with(args: &[&std::ffi::OsStr]) -> Server {
+    Server::start(Options {
+        args: args.iter().map(|a| a.to_os_string()).collect(),
+        ..Options::default()
+    })
 }
 
 /// A CA (its PEM) and a client certificate it signed, as for the API server's kubeconfig.
@@ -613,19 +489,19 @@ async fn with_client_ca_only_clients_with_a_certificate_from_that_ca_are_served(
     let (ca_pem, api_server) = client_pki("cluster");
     let (_, stranger) = client_pki("other");
     let ca = write(pki.path(), "client-ca.crt", ca_pem.as_bytes());
-    let serve = Serve::start(&["--client-ca".into(), ca.into()]);
+    let serve = serve_with(&["--client-ca".as_ref(), ca.as_os_str()]);
     let counted = handshake_failures("client-certificate");
 
     // The API server's certificate: reviews answered over both protocols.
     let review = fixture("admissionreview-v1-pod-create-gke-kube-rs.json");
     for alpn in [&b"h2"[..], b"http/1.1"] {
         let response = serve
-            .client(&[alpn], Some(&api_server))
+            .client_with(&[alpn], Some(&api_server))
             .post(serve.url("/mutate"))
             .json(&review)
             .send()
             .await
-            .unwrap_or_else(|e| panic!("{e:?}\n{}", serve.log()));
+            .unwrap_or_else(|e| panic!("{e:?}\n{}", serve.log_text()));
         assert_eq!(response.status().as_u16(), 200);
     }
 
@@ -673,7 +549,7 @@ fn serve_refuses_to_start_with_a_client_ca_file_that_holds_no_certificate() {
         "client-ca.crt",
         b"the API server's CA goes here\n",
     );
-    let output = Serve::command(dir.path(), free_port(), free_port())
+    let output = serve_command_in(dir.path(), free_port(), free_port())
         .arg("--client-ca")
         .arg(&bad)
         .stderr(Stdio::piped())
@@ -792,14 +668,14 @@ async fn the_info_log_names_the_review_but_never_the_objects_contents_in_text_fo
 
 #[tokio::test]
 async fn the_info_log_names_the_review_but_never_the_objects_contents_in_json_format() {
-    let serve = Serve::start(&["--log-format".into(), "json".into()]);
+    let serve = serve_with(&["--log-format".as_ref(), "json".as_ref()]);
     assert_log_has_no_object_contents(
-        &serve.client(&[b"http/1.1"], None),
+        &serve.client(&[b"http/1.1"]),
         |path| serve.url(path),
-        || serve.log(),
+        || serve.log_text(),
     )
     .await;
-    let log = serve.log();
+    let log = serve.log_text();
     let line = log
         .lines()
         .find(|l| l.contains("6a1c0f4e-secret-test"))

@@ -37,16 +37,13 @@ async fn start_server(stub: &ApiStub, config: Option<&str>) -> Server {
     let config = config.map(str::to_string);
     // The server is a child process; start it off the runtime's threads so the stub keeps
     // answering while we wait for readiness.
-    tokio::task::spawn_blocking(move || {
-        Server::start(Options {
-            config,
-            kubeconfig: Some(kubeconfig),
-            wait_ready: true,
-            ..Options::default()
-        })
+    Server::start_async(Options {
+        config,
+        kubeconfig: Some(kubeconfig),
+        wait_ready: true,
+        ..Options::default()
     })
     .await
-    .expect("server starts")
 }
 
 const ENFORCE: &str = "rules:\n  virtual-node-phase:\n    mode: enforce\n";

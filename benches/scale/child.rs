@@ -2,8 +2,6 @@
 //! they run (RSS, VmHWM, CPU time), reaped with `wait4` so a finished one still tells its
 //! peak RSS and CPU time (`ru_maxrss`, `ru_utime`, `ru_stime`). Killed on drop.
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -127,43 +125,17 @@ impl Child {
 
     /// A `/proc/PID/status` figure in KiB (`VmRSS`, `VmHWM`, `RssAnon`).
     pub fn status_kib(&self, key: &str) -> anyhow::Result<u64> {
-        let path = format!("/proc/{}/status", self.pid);
-        let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
-        text.lines()
-            .find_map(|line| {
-                let rest = line.strip_prefix(key)?.strip_prefix(':')?;
-                rest.split_whitespace().next()?.parse().ok()
-            })
-            .with_context(|| format!("no {key} in {path}"))
+        crate::proc::status_kib(&self.pid.to_string(), key)
     }
 
-    /// User + system CPU time so far, all threads (`/proc/PID/stat` fields 14 and 15).
+    /// User + system CPU time so far, all threads.
     pub fn cpu_time(&self) -> anyhow::Result<Duration> {
-        let path = format!("/proc/{}/stat", self.pid);
-        let text = std::fs::read_to_string(&path).with_context(|| format!("read {path}"))?;
-        let after = text
-            .rsplit_once(')')
-            .map(|(_, rest)| rest)
-            .with_context(|| format!("{path}: unexpected format"))?;
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        // `after` starts at field 3, so field N is at index N - 3.
-        let field = |n: usize| -> anyhow::Result<u64> {
-            fields
-                .get(n - 3)
-                .and_then(|f| f.parse().ok())
-                .with_context(|| format!("{path}: no field {n}"))
-        };
-        // SAFETY: sysconf only reads a configuration value.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let per_second = if ticks > 0 { ticks as f64 } else { 100.0 };
-        Ok(Duration::from_secs_f64(
-            (field(14)? + field(15)?) as f64 / per_second,
-        ))
+        crate::proc::cpu_time(&self.pid.to_string())
     }
 
     /// The last lines of the process's stderr.
     pub fn log_tail(&self) -> String {
-        tail(&self.log)
+        crate::proc::log_tail(&self.log, TAIL_LINES)
     }
 }
 
@@ -174,51 +146,6 @@ impl Drop for Child {
             let _ = self.child.wait();
         }
     }
-}
-
-pub fn tail(path: &Path) -> String {
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            let text = String::from_utf8_lossy(&bytes);
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(TAIL_LINES)..];
-            if tail.is_empty() {
-                "  (empty)".to_string()
-            } else {
-                tail.iter()
-                    .map(|l| format!("  {l}"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            }
-        }
-        Err(e) => format!("  (cannot read {}: {e})", path.display()),
-    }
-}
-
-/// A plain-HTTP GET; the status code.
-pub fn http_status(addr: SocketAddr, path: &str) -> std::io::Result<u16> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_nodelay(true)?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let head = String::from_utf8_lossy(&response[..response.len().min(32)]).to_string();
-    head.split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {head:?}")))
-}
-
-/// A free loopback port.
-pub fn free_port() -> anyhow::Result<SocketAddr> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("bind an ephemeral port")?;
-    listener
-        .local_addr()
-        .context("local address of an ephemeral port")
 }
 
 /// `/proc/loadavg`'s three load averages.

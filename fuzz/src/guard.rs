@@ -150,6 +150,10 @@ fn relay(data: &[u8], step: usize) -> Vec<Event> {
 /// `POST /containers/create` (or `/v{version:[0-9.]+}/containers/create`). A model of
 /// `url.ParseRequestURI` (scheme, query, authority, one strict percent-decoding) and of
 /// gorilla/mux's `cleanPath`, over-approximated where unsure (a redirect counts as routed).
+///
+/// An independent oracle on purpose: it models the daemon's routing from Go's sources and
+/// shares no code with the guard's own path normalisation (`guard::policy`), so that a
+/// request the guard misreads is caught instead of misread twice.
 pub fn go_routes_to_create(method: &str, target: &str) -> bool {
     if method != "POST" || target == "*" {
         return false;

@@ -226,8 +226,15 @@ fn is_marker(line: &str, marker: &str) -> bool {
 }
 
 fn parse_yaml_stream(name: &str, text: &str, errors: &mut Vec<InputError>) -> Vec<Document> {
-    // Byte offsets of each line start; documents split at `---` lines, `...` ends one.
-    let mut documents = Vec::new();
+    document_ranges(text)
+        .into_iter()
+        .enumerate()
+        .map(|(position, range)| parse_yaml_document(name, text, position + 1, range, errors))
+        .collect()
+}
+
+/// Byte ranges of the documents of a YAML stream: split at `---` lines, `...` ends one.
+fn document_ranges(text: &str) -> Vec<Range<usize>> {
     let mut start = 0;
     let mut offset = 0;
     let mut bounds = Vec::new();
@@ -245,64 +252,88 @@ fn parse_yaml_stream(name: &str, text: &str, errors: &mut Vec<InputError>) -> Ve
     if start < text.len() || bounds.is_empty() {
         bounds.push(start..text.len());
     }
-    for (position, range) in bounds.into_iter().enumerate() {
-        let index = position + 1;
-        let first_line = 1 + text[..range.start].matches('\n').count();
-        let chunk = &text[range.clone()];
-        let mut header_len = 0;
-        let mut helm_source = None;
-        let mut content_line = first_line;
-        for line in chunk.split_inclusive('\n') {
-            let bare = line.trim();
-            if bare.is_empty()
-                || bare.starts_with('#')
-                || (header_len == 0 && is_marker(bare, "---") && bare.len() == 3)
-            {
-                if let Some(source) = bare.strip_prefix("# Source:") {
-                    helm_source = Some(source.trim().to_string());
-                }
-                header_len += line.len();
-                content_line += 1;
-            } else {
-                break;
+    bounds
+}
+
+/// A document's leading `---` marker, comments and blank lines.
+struct Header {
+    /// Bytes, from the document's start.
+    len: usize,
+    /// Helm's `# Source:` comment, if one is there.
+    helm_source: Option<String>,
+    /// 1-based line of the first content line.
+    content_line: usize,
+}
+
+fn header(chunk: &str, first_line: usize) -> Header {
+    let mut header = Header {
+        len: 0,
+        helm_source: None,
+        content_line: first_line,
+    };
+    for line in chunk.split_inclusive('\n') {
+        let bare = line.trim();
+        if bare.is_empty()
+            || bare.starts_with('#')
+            || (header.len == 0 && is_marker(bare, "---") && bare.len() == 3)
+        {
+            if let Some(source) = bare.strip_prefix("# Source:") {
+                header.helm_source = Some(source.trim().to_string());
+            }
+            header.len += line.len();
+            header.content_line += 1;
+        } else {
+            break;
+        }
+    }
+    header
+}
+
+/// Document `index` (1-based) of `text`, at `range`; what cannot be read goes to `errors`.
+fn parse_yaml_document(
+    name: &str,
+    text: &str,
+    index: usize,
+    range: Range<usize>,
+    errors: &mut Vec<InputError>,
+) -> Document {
+    let first_line = 1 + text[..range.start].matches('\n').count();
+    let chunk = &text[range.clone()];
+    let header = header(chunk, first_line);
+    let body = &chunk[header.len..];
+    let value = if body.trim().is_empty() || body.trim() == "..." {
+        None
+    } else {
+        match serde_yaml_ng::from_str::<Value>(chunk) {
+            Ok(value) => checked_object(value, name, index, header.content_line, errors),
+            Err(error) => {
+                let line = error
+                    .location()
+                    .map_or(header.content_line, |l| first_line + l.line() - 1);
+                let message = error.to_string();
+                let message = message
+                    .split(" at line ")
+                    .next()
+                    .unwrap_or(&message)
+                    .to_string();
+                errors.push(InputError {
+                    file: name.to_string(),
+                    document: index,
+                    line,
+                    message: format!("invalid YAML: {message}"),
+                });
+                None
             }
         }
-        let body = &chunk[header_len..];
-        let value = if body.trim().is_empty() || body.trim() == "..." {
-            None
-        } else {
-            match serde_yaml_ng::from_str::<Value>(chunk) {
-                Ok(value) => checked_object(value, name, index, content_line, errors),
-                Err(error) => {
-                    let line = error
-                        .location()
-                        .map_or(content_line, |l| first_line + l.line() - 1);
-                    let message = error.to_string();
-                    let message = message
-                        .split(" at line ")
-                        .next()
-                        .unwrap_or(&message)
-                        .to_string();
-                    errors.push(InputError {
-                        file: name.to_string(),
-                        document: index,
-                        line,
-                        message: format!("invalid YAML: {message}"),
-                    });
-                    None
-                }
-            }
-        };
-        documents.push(Document {
-            index,
-            line: content_line,
-            range: range.clone(),
-            header: range.start..range.start + header_len,
-            helm_source,
-            value,
-        });
+    };
+    Document {
+        index,
+        line: header.content_line,
+        header: range.start..range.start + header.len,
+        range,
+        helm_source: header.helm_source,
+        value,
     }
-    documents
 }
 
 /// The files again with every repair applied: untouched documents byte for byte, repaired

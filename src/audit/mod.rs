@@ -1,14 +1,14 @@
 //! `podmend audit`: the dry run. Objects from manifests ([`manifests`]) or a live cluster
 //! ([`cluster`]) go through the same [`Engine::review`] as the webhook, as CREATE requests;
 //! the [`Report`] holds every finding with the exact patch the webhook computes, and
-//! [`report`] renders it (table, JSON, SARIF, patches); [`reports`] turns it into
+//! [`report`] renders it (table, JSON, SARIF, patches); [`policy_reports`] turns it into
 //! PolicyReports or OpenReports and keeps those current; repaired manifests and reports are
 //! written as YAML by [`yaml`], quoted so that YAML 1.1 and 1.2 readers agree.
 
 pub mod cluster;
 pub mod manifests;
+pub mod policy_reports;
 pub mod report;
-pub mod reports;
 pub mod yaml;
 
 use json_patch::PatchOperation;
@@ -17,13 +17,14 @@ use serde::Serialize;
 use serde_json::Value;
 
 use std::io::Write;
+use std::path::PathBuf;
 
-use crate::cli::AuditArgs;
 use crate::cluster::{ClusterView, StaticCluster};
 use crate::config::{Config, ConfigError, Mode};
 use crate::engine::{Engine, Operation, Outcome, Subject};
 use crate::target;
-use report::Format;
+use policy_reports::ReportFormat;
+use report::OutputFormat;
 
 /// Where an object came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -379,16 +380,16 @@ pub enum AuditError {
     #[error(transparent)]
     Cluster(#[from] cluster::ClusterAuditError),
     #[error(transparent)]
-    Report(Box<reports::ReportError>),
+    PolicyReport(Box<policy_reports::PolicyReportError>),
     #[error("-o yaml prints the given manifests repaired; it takes manifest paths, not --cluster")]
     YamlFromCluster,
     #[error("cannot write the output: {0}")]
     Write(#[source] std::io::Error),
 }
 
-impl From<reports::ReportError> for AuditError {
-    fn from(error: reports::ReportError) -> Self {
-        Self::Report(Box::new(error))
+impl From<policy_reports::PolicyReportError> for AuditError {
+    fn from(error: policy_reports::PolicyReportError) -> Self {
+        Self::PolicyReport(Box::new(error))
     }
 }
 
@@ -401,89 +402,177 @@ pub struct Terminal {
     pub progress: bool,
 }
 
+/// Everything `podmend audit` is told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// What to audit.
+    pub input: AuditInput,
+    pub output: OutputFormat,
+    /// When the run fails with [`EXIT_FINDINGS`]; `None`: `warn`, but never with
+    /// [`OutputFormat::Yaml`] (a Helm post-renderer must not fail on what it repairs).
+    pub fail_on: Option<FailOn>,
+    /// Configuration file, as for `podmend serve` (its modes decide what each finding is).
+    pub config: Option<PathBuf>,
+}
+
+impl AuditOptions {
+    /// The `--fail-on` level, its default resolved.
+    pub fn fail_on(&self) -> FailOn {
+        let default = if self.output == OutputFormat::Yaml {
+            FailOn::Never
+        } else {
+            FailOn::Warn
+        };
+        self.fail_on.unwrap_or(default)
+    }
+}
+
+/// Manifest files or a live cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditInput {
+    /// Files or directories (recursing into `*.yaml`, `*.yml`, `*.json`); `-` is stdin.
+    Files(Vec<String>),
+    Cluster(LiveCluster),
+}
+
+/// `audit --cluster`: which cluster, how to list it, and whether to write report objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveCluster {
+    /// Kubeconfig file; `None`: `$KUBECONFIG`, `~/.kube/config`, in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; `None`: the current one.
+    pub context: Option<String>,
+    /// Only this namespace; `None`: all namespaces.
+    pub namespace: Option<String>,
+    /// Objects per list request.
+    pub page_size: u32,
+    /// `--policy-report`: the findings as report objects instead of `output`.
+    pub policy_reports: Option<PolicyReportOutput>,
+}
+
+/// `--policy-report [--report-format F] [--apply]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyReportOutput {
+    pub format: ReportFormat,
+    /// Server-side apply them (and delete podmend's stale ones) instead of printing them.
+    pub apply: bool,
+}
+
 /// Runs `podmend audit`: reads, reviews, renders to `out`; returns the exit status.
 pub async fn run(
-    args: &AuditArgs,
+    options: &AuditOptions,
     out: &mut dyn Write,
     terminal: Terminal,
 ) -> Result<u8, AuditError> {
-    let config = match &args.config {
+    let config = match &options.config {
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
     let engine = Engine::new(&config);
-    let mut report = Report::default();
-    let default_fail_on = if args.output == Format::Yaml {
-        FailOn::Never
-    } else {
-        FailOn::Warn
-    };
-    let fail_on = args.fail_on.unwrap_or(default_fail_on);
-    let write =
-        |out: &mut dyn Write, text: &str| out.write_all(text.as_bytes()).map_err(AuditError::Write);
-
-    if args.cluster {
-        if args.output == Format::Yaml && !args.policy_report {
-            return Err(AuditError::YamlFromCluster);
-        }
-        let client =
-            cluster::client_for(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
-        let options = cluster::ClusterAuditOptions {
-            namespace: args.namespace.clone(),
-            page_size: args.page_size,
-            progress: terminal.progress,
-        };
-        cluster::audit_cluster(client.clone(), &engine, &options, &mut report).await?;
-        if terminal.progress {
-            eprintln!();
-        }
-        print_input_errors(&report);
-        if args.policy_report {
-            let objects = reports::reports(&report, args.report_format);
-            if args.apply {
-                let scope = reports::ApplyScope {
-                    namespace: args.namespace.as_deref(),
-                    page_size: args.page_size,
-                };
-                let done =
-                    reports::apply_reports(client, args.report_format, &objects, &scope).await?;
-                let kind = args.report_format.namespaced().kind;
-                let mut line = format!("applied {} {kind}(s)", done.applied);
-                if done.deleted.is_empty() {
-                    line.push_str(", none stale\n");
-                } else {
-                    line.push_str(&format!(
-                        ", deleted {} stale: {}\n",
-                        done.deleted.len(),
-                        done.deleted.join(", ")
-                    ));
-                }
-                write(out, &line)?;
-            } else {
-                for object in &objects {
-                    write(out, &format!("---\n{}", yaml::to_string(object)))?;
-                }
+    let report = match &options.input {
+        AuditInput::Files(paths) => audit_files(&engine, paths, options.output, terminal, out)?,
+        AuditInput::Cluster(live) => {
+            if options.output == OutputFormat::Yaml && live.policy_reports.is_none() {
+                return Err(AuditError::YamlFromCluster);
             }
-            return Ok(report.exit_status(fail_on));
+            audit_live_cluster(&engine, live, options.output, terminal, out).await?
         }
-        write(out, &render(&report, args.output, terminal))?;
-        return Ok(report.exit_status(fail_on));
-    }
+    };
+    Ok(report.exit_status(options.fail_on()))
+}
 
-    let (files, errors) = manifests::read_paths(&args.paths);
+/// Writes `text` to the output.
+fn write(out: &mut dyn Write, text: &str) -> Result<(), AuditError> {
+    out.write_all(text.as_bytes()).map_err(AuditError::Write)
+}
+
+/// Reviews the manifests in `paths` and writes the report, or the manifests repaired with
+/// `-o yaml`.
+fn audit_files(
+    engine: &Engine,
+    paths: &[String],
+    output: OutputFormat,
+    terminal: Terminal,
+    out: &mut dyn Write,
+) -> Result<Report, AuditError> {
+    let mut report = Report::default();
+    let (files, errors) = manifests::read_paths(paths);
     for error in errors {
         report.add_error(error);
     }
     for file in &files {
-        report.add_file(&engine, file);
+        report.add_file(engine, file);
     }
     print_input_errors(&report);
-    if args.output == Format::Yaml {
+    if output == OutputFormat::Yaml {
         write(out, &manifests::render_repaired(&files, &report.repairs))?;
     } else {
-        write(out, &render(&report, args.output, terminal))?;
+        write(out, &render(&report, output, terminal))?;
     }
-    Ok(report.exit_status(fail_on))
+    Ok(report)
+}
+
+/// Reviews a live cluster and writes the report, or its report objects (printed or
+/// applied).
+async fn audit_live_cluster(
+    engine: &Engine,
+    live: &LiveCluster,
+    output: OutputFormat,
+    terminal: Terminal,
+    out: &mut dyn Write,
+) -> Result<Report, AuditError> {
+    let mut report = Report::default();
+    let client = cluster::client_for(live.kubeconfig.as_deref(), live.context.as_deref()).await?;
+    let options = cluster::ClusterAuditOptions {
+        namespace: live.namespace.clone(),
+        page_size: live.page_size,
+        progress: terminal.progress,
+    };
+    cluster::audit_cluster(client.clone(), engine, &options, &mut report).await?;
+    if terminal.progress {
+        eprintln!();
+    }
+    print_input_errors(&report);
+    match live.policy_reports {
+        Some(reports) => write_policy_reports(client, &report, live, reports, out).await?,
+        None => write(out, &render(&report, output, terminal))?,
+    }
+    Ok(report)
+}
+
+/// `--policy-report`: prints the report objects as YAML, or applies them and writes one
+/// line saying what changed.
+async fn write_policy_reports(
+    client: kube::Client,
+    report: &Report,
+    live: &LiveCluster,
+    reports: PolicyReportOutput,
+    out: &mut dyn Write,
+) -> Result<(), AuditError> {
+    let objects = policy_reports::reports(report, reports.format);
+    if !reports.apply {
+        for object in &objects {
+            write(out, &format!("---\n{}", yaml::to_string(object)))?;
+        }
+        return Ok(());
+    }
+    let scope = policy_reports::ApplyScope {
+        namespace: live.namespace.as_deref(),
+        page_size: live.page_size,
+    };
+    let done = policy_reports::apply_reports(client, reports.format, &objects, &scope).await?;
+    let kind = reports.format.namespaced().kind;
+    let mut line = format!("applied {} {kind}(s)", done.applied);
+    if done.deleted.is_empty() {
+        line.push_str(", none stale\n");
+    } else {
+        line.push_str(&format!(
+            ", deleted {} stale: {}\n",
+            done.deleted.len(),
+            done.deleted.join(", ")
+        ));
+    }
+    write(out, &line)
 }
 
 /// Every input error, one line each on stderr, whatever the output format: stdout may be a
@@ -495,14 +584,14 @@ fn print_input_errors(report: &Report) {
     }
 }
 
-fn render(report: &Report, format: Format, terminal: Terminal) -> String {
+fn render(report: &Report, format: OutputFormat, terminal: Terminal) -> String {
     match format {
-        Format::Table => report::table(report, terminal.color),
-        Format::Json => report::json(report),
-        Format::Sarif => report::sarif(report, env!("CARGO_PKG_VERSION")),
-        Format::Patch => report::patches(report),
+        OutputFormat::Table => report::table(report, terminal.color),
+        OutputFormat::Json => report::json(report),
+        OutputFormat::Sarif => report::sarif(report, env!("CARGO_PKG_VERSION")),
+        OutputFormat::Patch => report::patches(report),
         // Only reachable for cluster findings, refused above.
-        Format::Yaml => report::json(report),
+        OutputFormat::Yaml => report::json(report),
     }
 }
 

@@ -14,7 +14,7 @@ use crate::rules;
 /// a terminal; the renderers are [`table`], [`json`](fn@json), [`sarif`], [`patches`] and
 /// `manifests::render_repaired`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub enum OutputFormat {
     /// Aligned columns for a terminal, then symptoms, input errors and a summary.
     Table,
     /// One JSON document (apiVersion podmend.io/v1alpha1, kind AuditReport) with the summary,
@@ -53,83 +53,120 @@ const RESET: &str = "\x1b[0m";
 /// one-line summary. Messages are never truncated. `color` adds ANSI colours (deny red, warn
 /// yellow, enforce cyan); without it the output has no escape sequences.
 pub fn table(report: &Report, color: bool) -> String {
-    let paint = |code: &'static str| if color { code } else { "" };
-    let reset = if color { RESET } else { "" };
+    let palette = Palette { color };
     let mut out = String::new();
-
-    if report.findings.is_empty() {
-        out.push_str("no findings\n");
-    } else {
-        let header =
-            ["MODE", "RULE", "OBJECT", "LOCATION", "MESSAGE"].map(|h| Cell::plain(h, paint(BOLD)));
-        let rows = report.findings.iter().map(|finding| {
-            [
-                match finding.patch.is_empty() {
-                    true => Cell::plain("note", ""),
-                    false => Cell::plain(finding.mode.as_str(), paint(mode_color(finding.mode))),
-                },
-                Cell::plain(&finding.rule, ""),
-                Cell::plain(&finding.object.display(), ""),
-                Cell::plain(&location(&finding.source), ""),
-                Cell::plain(&finding.message, ""),
-            ]
-        });
-        render_rows(
-            &mut out,
-            "",
-            std::iter::once(header).chain(rows).collect(),
-            reset,
-        );
-    }
-
-    let mut seen: Vec<&str> = Vec::new();
-    for finding in &report.findings {
-        if !seen.contains(&finding.rule.as_str()) {
-            seen.push(&finding.rule);
-        }
-    }
-    if !seen.is_empty() {
-        out.push('\n');
-        out.push_str(&format!("{}rules:{reset}\n", paint(BOLD)));
-        let rows = seen
-            .iter()
-            .map(|id| [Cell::plain(id, ""), Cell::plain(rule_description(id), "")])
-            .collect();
-        render_rows(&mut out, "  ", rows, reset);
-    }
-
-    if !report.symptoms.is_empty() {
-        out.push('\n');
-        out.push_str(&format!("{}symptoms:{reset}\n", paint(BOLD)));
-        let header = ["SYMPTOM", "OBJECT", "PODS", "MESSAGE"].map(|h| Cell::plain(h, paint(BOLD)));
-        let rows = report.symptoms.iter().map(|symptom| {
-            [
-                Cell::plain(symptom_kind(symptom.kind), paint(YELLOW)),
-                Cell::plain(&symptom.object.display(), ""),
-                Cell::plain(&symptom.count.to_string(), ""),
-                Cell::plain(&symptom.message, ""),
-            ]
-        });
-        render_rows(
-            &mut out,
-            "  ",
-            std::iter::once(header).chain(rows).collect(),
-            reset,
-        );
-    }
-
+    findings_table(&mut out, &report.findings, palette);
+    rules_legend(&mut out, &report.findings, palette);
+    symptoms_table(&mut out, &report.symptoms, palette);
     if !report.errors.is_empty() {
-        out.push('\n');
-        out.push_str(&format!("{}input errors:{reset}\n", paint(BOLD)));
+        palette.heading(&mut out, "input errors:");
         for error in &report.errors {
-            out.push_str(&format!("  {}{error}{reset}\n", paint(RED)));
+            out.push_str(&format!(
+                "  {}{error}{}\n",
+                palette.paint(RED),
+                palette.reset()
+            ));
         }
     }
-
     out.push('\n');
     out.push_str(&summary_line(&report.summary));
     out.push('\n');
     out
+}
+
+/// The table's colours, or none.
+#[derive(Clone, Copy)]
+struct Palette {
+    color: bool,
+}
+
+impl Palette {
+    fn paint(self, code: &'static str) -> &'static str {
+        if self.color { code } else { "" }
+    }
+
+    fn reset(self) -> &'static str {
+        self.paint(RESET)
+    }
+
+    /// A blank line, then `title` in bold.
+    fn heading(self, out: &mut String, title: &str) {
+        out.push('\n');
+        out.push_str(&format!("{}{title}{}\n", self.paint(BOLD), self.reset()));
+    }
+}
+
+/// One row per finding; a finding without a repair is a `note`.
+fn findings_table(out: &mut String, findings: &[AuditFinding], palette: Palette) {
+    if findings.is_empty() {
+        out.push_str("no findings\n");
+        return;
+    }
+    let header = ["MODE", "RULE", "OBJECT", "LOCATION", "MESSAGE"]
+        .map(|h| Cell::plain(h, palette.paint(BOLD)));
+    let rows = findings.iter().map(|finding| {
+        [
+            match finding.patch.is_empty() {
+                true => Cell::plain("note", ""),
+                false => Cell::plain(
+                    finding.mode.as_str(),
+                    palette.paint(mode_color(finding.mode)),
+                ),
+            },
+            Cell::plain(&finding.rule, ""),
+            Cell::plain(&finding.object.display(), ""),
+            Cell::plain(&location(&finding.source), ""),
+            Cell::plain(&finding.message, ""),
+        ]
+    });
+    render_rows(
+        out,
+        "",
+        std::iter::once(header).chain(rows).collect(),
+        palette.reset(),
+    );
+}
+
+/// Each rule that found something, once, with its one-line summary.
+fn rules_legend(out: &mut String, findings: &[AuditFinding], palette: Palette) {
+    let mut seen: Vec<&str> = Vec::new();
+    for finding in findings {
+        if !seen.contains(&finding.rule.as_str()) {
+            seen.push(&finding.rule);
+        }
+    }
+    if seen.is_empty() {
+        return;
+    }
+    palette.heading(out, "rules:");
+    let rows = seen
+        .iter()
+        .map(|id| [Cell::plain(id, ""), Cell::plain(rule_description(id), "")])
+        .collect();
+    render_rows(out, "  ", rows, palette.reset());
+}
+
+fn symptoms_table(out: &mut String, symptoms: &[Symptom], palette: Palette) {
+    if symptoms.is_empty() {
+        return;
+    }
+    palette.heading(out, "symptoms:");
+    let header =
+        ["SYMPTOM", "OBJECT", "PODS", "MESSAGE"].map(|h| Cell::plain(h, palette.paint(BOLD)));
+    let rows = symptoms.iter().map(|symptom| {
+        [
+            Cell::plain(symptom_kind(symptom.kind), palette.paint(YELLOW)),
+            Cell::plain(&symptom.object.display(), ""),
+            Cell::plain(&symptom.count.to_string(), ""),
+            Cell::plain(&symptom.message, ""),
+        ]
+    });
+    render_rows(
+        out,
+        "  ",
+        std::iter::once(header).chain(rows).collect(),
+        palette.reset(),
+    );
 }
 
 /// One table cell: its text and the colour (possibly empty) it is printed in.
@@ -330,20 +367,10 @@ pub fn patches(report: &Report) -> String {
 /// line; cluster objects get a logical location (`resource`, `Kind/ns/name`). Input errors
 /// are tool execution notifications, and make `executionSuccessful` false.
 pub fn sarif(report: &Report, tool_version: &str) -> String {
-    let mut rules: Vec<Value> = Vec::new();
-    let mut rule_ids: Vec<String> = Vec::new();
-    let mut rule_index = |id: &str, descriptor: &dyn Fn() -> Value| -> usize {
-        if let Some(index) = rule_ids.iter().position(|seen| seen == id) {
-            return index;
-        }
-        rule_ids.push(id.to_string());
-        rules.push(descriptor());
-        rule_ids.len() - 1
-    };
-
+    let mut rules = SarifRules::default();
     let mut results = Vec::new();
     for finding in &report.findings {
-        let index = rule_index(&finding.rule, &|| {
+        let index = rules.index(&finding.rule, || {
             json!({
                 "id": finding.rule,
                 "name": rule_name(&finding.rule),
@@ -351,46 +378,11 @@ pub fn sarif(report: &Report, tool_version: &str) -> String {
                 "help": {"text": finding.advice},
             })
         });
-        let mut properties = Map::new();
-        properties.insert("mode".into(), Value::from(finding.mode.as_str()));
-        properties.insert("object".into(), Value::from(finding.object.display()));
-        // JSON Patch operations always serialize.
-        properties.insert(
-            "patch".into(),
-            serde_json::to_value(&finding.patch).unwrap_or_default(),
-        );
-        if finding.source.file != CLUSTER_FILE {
-            properties.insert("document".into(), Value::from(finding.source.document));
-        }
-        if let Some(helm) = &finding.source.helm_source {
-            properties.insert("helmSource".into(), Value::from(helm.as_str()));
-        }
-        if let Some(item) = finding.source.list_item {
-            properties.insert("listItem".into(), Value::from(item));
-        }
-        let text = if finding.advice.is_empty() {
-            finding.message.clone()
-        } else {
-            format!("{} — {}", finding.message, finding.advice)
-        };
-        let location = if finding.source.file == CLUSTER_FILE {
-            logical_location(&finding.object.display())
-        } else {
-            physical_location(&finding.source.file, finding.source.line)
-        };
-        results.push(json!({
-            "ruleId": finding.rule,
-            "ruleIndex": index,
-            "level": if finding.patch.is_empty() { "note" } else { sarif_level(finding.mode) },
-            "message": {"text": text},
-            "locations": [location],
-            "properties": properties,
-        }));
+        results.push(finding_result(finding, index));
     }
-
     for symptom in &report.symptoms {
         let id = format!("cluster-symptom/{}", symptom_kind(symptom.kind));
-        let index = rule_index(&id, &|| {
+        let index = rules.index(&id, || {
             json!({
                 "id": id,
                 "name": rule_name(&id),
@@ -398,24 +390,107 @@ pub fn sarif(report: &Report, tool_version: &str) -> String {
                 "help": {"text": symptom_help(symptom.kind)},
             })
         });
-        let mut properties = Map::new();
-        properties.insert("object".into(), Value::from(symptom.object.display()));
-        properties.insert("count".into(), Value::from(symptom.count));
-        if !symptom.reason.is_empty() {
-            properties.insert("reason".into(), Value::from(symptom.reason.as_str()));
-        }
-        results.push(json!({
-            "ruleId": id,
-            "ruleIndex": index,
-            "level": "warning",
-            "message": {"text": symptom.message},
-            "locations": [logical_location(&symptom.object.display())],
-            "properties": properties,
-        }));
+        results.push(symptom_result(symptom, &id, index));
     }
+    let log = json!({
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "podmend",
+                "version": tool_version,
+                "informationUri": INFORMATION_URI,
+                "rules": rules.descriptors,
+            }},
+            "invocations": [invocation(&report.errors)],
+            "results": results,
+        }],
+    });
+    // A serde_json::Value always serializes.
+    let mut text = serde_json::to_string_pretty(&log).unwrap_or_default();
+    text.push('\n');
+    text
+}
 
-    let notifications: Vec<Value> = report
-        .errors
+/// The run's `reportingDescriptor`s, each rule once, in the order first seen.
+#[derive(Default)]
+struct SarifRules {
+    ids: Vec<String>,
+    descriptors: Vec<Value>,
+}
+
+impl SarifRules {
+    /// The `ruleIndex` of `id`, adding its descriptor the first time.
+    fn index(&mut self, id: &str, descriptor: impl FnOnce() -> Value) -> usize {
+        if let Some(index) = self.ids.iter().position(|seen| seen == id) {
+            return index;
+        }
+        self.ids.push(id.to_string());
+        self.descriptors.push(descriptor());
+        self.ids.len() - 1
+    }
+}
+
+/// One finding as a SARIF `result`.
+fn finding_result(finding: &AuditFinding, rule_index: usize) -> Value {
+    let mut properties = Map::new();
+    properties.insert("mode".into(), Value::from(finding.mode.as_str()));
+    properties.insert("object".into(), Value::from(finding.object.display()));
+    // JSON Patch operations always serialize.
+    properties.insert(
+        "patch".into(),
+        serde_json::to_value(&finding.patch).unwrap_or_default(),
+    );
+    if finding.source.file != CLUSTER_FILE {
+        properties.insert("document".into(), Value::from(finding.source.document));
+    }
+    if let Some(helm) = &finding.source.helm_source {
+        properties.insert("helmSource".into(), Value::from(helm.as_str()));
+    }
+    if let Some(item) = finding.source.list_item {
+        properties.insert("listItem".into(), Value::from(item));
+    }
+    let text = if finding.advice.is_empty() {
+        finding.message.clone()
+    } else {
+        format!("{} — {}", finding.message, finding.advice)
+    };
+    let location = if finding.source.file == CLUSTER_FILE {
+        logical_location(&finding.object.display())
+    } else {
+        physical_location(&finding.source.file, finding.source.line)
+    };
+    json!({
+        "ruleId": finding.rule,
+        "ruleIndex": rule_index,
+        "level": if finding.patch.is_empty() { "note" } else { sarif_level(finding.mode) },
+        "message": {"text": text},
+        "locations": [location],
+        "properties": properties,
+    })
+}
+
+/// One cluster symptom as a SARIF `result` of rule `id`.
+fn symptom_result(symptom: &Symptom, id: &str, rule_index: usize) -> Value {
+    let mut properties = Map::new();
+    properties.insert("object".into(), Value::from(symptom.object.display()));
+    properties.insert("count".into(), Value::from(symptom.count));
+    if !symptom.reason.is_empty() {
+        properties.insert("reason".into(), Value::from(symptom.reason.as_str()));
+    }
+    json!({
+        "ruleId": id,
+        "ruleIndex": rule_index,
+        "level": "warning",
+        "message": {"text": symptom.message},
+        "locations": [logical_location(&symptom.object.display())],
+        "properties": properties,
+    })
+}
+
+/// The run's `invocation`: successful without input errors, which are its notifications.
+fn invocation(errors: &[InputError]) -> Value {
+    let notifications: Vec<Value> = errors
         .iter()
         .map(|error| {
             json!({
@@ -427,35 +502,14 @@ pub fn sarif(report: &Report, tool_version: &str) -> String {
         })
         .collect();
     let mut invocation = Map::new();
-    invocation.insert(
-        "executionSuccessful".into(),
-        Value::from(report.errors.is_empty()),
-    );
+    invocation.insert("executionSuccessful".into(), Value::from(errors.is_empty()));
     if !notifications.is_empty() {
         invocation.insert(
             "toolExecutionNotifications".into(),
             Value::Array(notifications),
         );
     }
-
-    let log = json!({
-        "$schema": SARIF_SCHEMA,
-        "version": "2.1.0",
-        "runs": [{
-            "tool": {"driver": {
-                "name": "podmend",
-                "version": tool_version,
-                "informationUri": INFORMATION_URI,
-                "rules": rules,
-            }},
-            "invocations": [invocation],
-            "results": results,
-        }],
-    });
-    // A serde_json::Value always serializes.
-    let mut text = serde_json::to_string_pretty(&log).unwrap_or_default();
-    text.push('\n');
-    text
+    Value::Object(invocation)
 }
 
 fn sarif_level(mode: Mode) -> &'static str {

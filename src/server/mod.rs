@@ -8,7 +8,9 @@
 //! a bad new version keeps the old one serving.
 
 pub mod handlers;
+mod listener;
 pub mod paths;
+mod reload;
 pub mod selftls;
 pub mod tls;
 
@@ -22,8 +24,6 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
@@ -37,9 +37,6 @@ use tls::{CertStore, TlsError};
 /// The API server caps objects at about 3 MiB; a review carries an object and its old
 /// version, so anything beyond this is not from an API server.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
-/// A client that has not finished its TLS handshake or request headers by then is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -191,29 +188,8 @@ pub async fn serve(
         Some(path) => Config::from_file(path)?,
         None => Config::default(),
     };
-    let lookups = match &options.kubeconfig {
-        Some(path) => watch::lookups_from_kubeconfig(path).await,
-        None => watch::lookups_from_environment().await,
-    };
-    let mut self_tls = None;
-    let (cluster, caches): (Arc<dyn ClusterView>, Option<CacheReadiness>) = match lookups {
-        Lookups::On(client) => {
-            if let Some(o) = &options.self_tls {
-                self_tls = Some(selftls::SelfTls::new(client.clone(), o.clone()));
-            }
-            let (cluster, readiness) = watch::start_with(client, options.cache_stale_after);
-            tracing::info!("cluster look-ups on: watching Nodes and LimitRanges");
-            (cluster, Some(readiness))
-        }
-        Lookups::Off { reason } => {
-            if options.self_tls.is_some() {
-                return Err(selftls::SelfTlsError::NoCluster { reason }.into());
-            }
-            tracing::info!("cluster look-ups off: {reason}");
-            (Arc::new(StaticCluster::offline()), None)
-        }
-    };
-    let state = Arc::new(AppState::new(&config, cluster, caches));
+    let (lookups, self_tls) = connect_cluster(&options).await?;
+    let state = Arc::new(AppState::new(&config, lookups.cluster, lookups.caches));
     state
         .readiness
         .certificate_pending
@@ -222,63 +198,19 @@ pub async fn serve(
     let webhook_listener = bind(options.listen).await?;
     let metrics_listener = bind(options.metrics_listen).await?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-
-    let metrics_server = {
-        let mut stop = stop_rx.clone();
-        let app = metrics_router(state.clone());
-        tokio::spawn(async move {
-            let serving = axum::serve(metrics_listener, app).with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|stopped| *stopped).await;
-            });
-            if let Err(error) = serving.await {
-                tracing::error!("metrics server failed: {error}");
-            }
-        })
-    };
+    let metrics_server = spawn_metrics_server(metrics_listener, state.clone(), stop_rx.clone());
 
     let mut shutdown = std::pin::pin!(shutdown);
-    if let Some(self_tls) = &self_tls {
-        // Not ready until a certificate is in place; retry with backoff meanwhile.
-        let mut delay = Duration::from_millis(500);
-        loop {
-            match self_tls.reconcile().await {
-                Ok(_) => break,
-                Err(error) => {
-                    tracing::error!(
-                        "TLS self-management: no certificate yet, retrying in {delay:?}: {error}"
-                    )
-                }
-            }
-            tokio::select! {
-                _ = tokio::time::sleep(delay) => {}
-                _ = &mut shutdown => {
-                    let _ = stop_tx.send(true);
-                    let _ = metrics_server.await;
-                    return Ok(());
-                }
-            }
-            delay = (delay * 2).min(Duration::from_secs(30));
-        }
+    if let Some(self_tls) = &self_tls
+        && !reload::first_certificate(self_tls, &mut shutdown).await
+    {
+        let _ = stop_tx.send(true);
+        let _ = metrics_server.await;
+        return Ok(());
     }
-    let certs = Arc::new(CertStore::load(&options.tls_cert, &options.tls_key)?);
-    let tls_config = tls::webhook_server_config(certs.clone(), options.client_ca.as_deref())?;
-    state.metrics.set_certificate_expiry(certs.not_after_unix());
-    state
-        .readiness
-        .certificate_pending
-        .store(false, Ordering::Relaxed);
-    let renewals = self_tls.map(|self_tls| {
-        let certs = certs.clone();
-        let state = state.clone();
-        tokio::spawn(self_tls.run(move || match certs.reload_if_changed() {
-            Ok(true) => {
-                state.metrics.tls_reload(true);
-                state.metrics.set_certificate_expiry(certs.not_after_unix());
-            }
-            Ok(false) => {}
-            Err(error) => tracing::error!("renewed certificate not loaded yet: {error}"),
-        }))
-    });
+    let (certs, tls_config) = load_certificate(&options, &state)?;
+    let renewals =
+        self_tls.map(|self_tls| reload::spawn_renewals(self_tls, certs.clone(), state.clone()));
 
     tracing::info!(
         webhook = %options.listen,
@@ -286,38 +218,21 @@ pub async fn serve(
         config = %options.config.as_ref().map_or("built-in defaults".to_string(), |p| p.display().to_string()),
         "podmend serving"
     );
-
-    let reloads = tokio::spawn(reload_loop(state.clone(), certs, options.clone()));
-
-    let mut app = router(state.clone());
-    if options.benchmark_null_route {
-        tracing::warn!("serving the benchmark's null webhook on {}", paths::NULL);
-        app = app.merge(null_router());
-    }
-    let webhook = accept_loop(
+    let reloads = tokio::spawn(reload::reload_loop(state.clone(), certs, options.clone()));
+    let webhook = tokio::spawn(listener::accept_loop(
         webhook_listener,
         TlsAcceptor::from(tls_config),
-        app,
+        webhook_app(state.clone(), options.benchmark_null_route),
         state.metrics.clone(),
         stop_rx,
         options.shutdown_timeout,
-    );
-    let webhook = tokio::spawn(webhook);
+    ));
 
     shutdown.await;
     if let Some(renewals) = renewals {
         renewals.abort();
     }
-    // Readiness drops first and requests keep being served for a while: the API server may
-    // still pick this pod from the Service's endpoints until they catch up.
-    state.readiness.shutting_down.store(true, Ordering::Relaxed);
-    tracing::info!(
-        delay_s = options.shutdown_delay.as_secs_f64(),
-        "shutting down: readiness off, still serving while the Service's endpoints catch up"
-    );
-    tokio::time::sleep(options.shutdown_delay).await;
-    tracing::info!("no longer accepting connections; finishing in-flight requests");
-    let _ = stop_tx.send(true);
+    drain(&state, options.shutdown_delay, stop_tx).await;
     let _ = webhook.await;
     let _ = metrics_server.await;
     reloads.abort();
@@ -325,245 +240,109 @@ pub async fn serve(
     Ok(())
 }
 
+/// Loads the serving certificate and the TLS configuration that serves it; from then on
+/// readiness no longer waits for a certificate.
+fn load_certificate(
+    options: &ServeOptions,
+    state: &AppState,
+) -> Result<(Arc<CertStore>, Arc<rustls::ServerConfig>), ServeError> {
+    let certs = Arc::new(CertStore::load(&options.tls_cert, &options.tls_key)?);
+    let tls_config = tls::webhook_server_config(certs.clone(), options.client_ca.as_deref())?;
+    state.metrics.set_certificate_expiry(certs.not_after_unix());
+    state
+        .readiness
+        .certificate_pending
+        .store(false, Ordering::Relaxed);
+    Ok((certs, tls_config))
+}
+
+/// The cluster behind the rules' look-ups, when there is one.
+struct ClusterLookups {
+    cluster: Arc<dyn ClusterView>,
+    /// The watches' readiness; `None` without a cluster.
+    caches: Option<CacheReadiness>,
+}
+
+/// Connects to the cluster for the look-ups (and TLS self-management, which cannot do
+/// without one); without a cluster, look-ups are off.
+async fn connect_cluster(
+    options: &ServeOptions,
+) -> Result<(ClusterLookups, Option<selftls::SelfTls>), ServeError> {
+    let lookups = match &options.kubeconfig {
+        Some(path) => watch::lookups_from_kubeconfig(path).await,
+        None => watch::lookups_from_environment().await,
+    };
+    match lookups {
+        Lookups::On(client) => {
+            let self_tls = options
+                .self_tls
+                .clone()
+                .map(|o| selftls::SelfTls::new(client.clone(), o));
+            let (cluster, readiness) = watch::start_with(client, options.cache_stale_after);
+            tracing::info!("cluster look-ups on: watching Nodes and LimitRanges");
+            let lookups = ClusterLookups {
+                cluster,
+                caches: Some(readiness),
+            };
+            Ok((lookups, self_tls))
+        }
+        Lookups::Off { reason } => {
+            if options.self_tls.is_some() {
+                return Err(selftls::SelfTlsError::NoCluster { reason }.into());
+            }
+            tracing::info!("cluster look-ups off: {reason}");
+            let lookups = ClusterLookups {
+                cluster: Arc::new(StaticCluster::offline()),
+                caches: None,
+            };
+            Ok((lookups, None))
+        }
+    }
+}
+
+/// Serves [`metrics_router`] on `listener` until `stop`.
+fn spawn_metrics_server(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    let app = metrics_router(state);
+    tokio::spawn(async move {
+        let serving = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|stopped| *stopped).await;
+        });
+        if let Err(error) = serving.await {
+            tracing::error!("metrics server failed: {error}");
+        }
+    })
+}
+
+/// The webhook's routes, with the benchmark's null route when asked for.
+fn webhook_app(state: Arc<AppState>, benchmark_null_route: bool) -> Router {
+    let app = router(state);
+    if !benchmark_null_route {
+        return app;
+    }
+    tracing::warn!("serving the benchmark's null webhook on {}", paths::NULL);
+    app.merge(null_router())
+}
+
+/// The start of a graceful stop: readiness drops first and requests keep being served for
+/// `delay`, since the API server may still pick this pod from the Service's endpoints until
+/// they catch up; then the listeners are told to stop.
+async fn drain(state: &AppState, delay: Duration, stop: tokio::sync::watch::Sender<bool>) {
+    state.readiness.shutting_down.store(true, Ordering::Relaxed);
+    tracing::info!(
+        delay_s = delay.as_secs_f64(),
+        "shutting down: readiness off, still serving while the Service's endpoints catch up"
+    );
+    tokio::time::sleep(delay).await;
+    tracing::info!("no longer accepting connections; finishing in-flight requests");
+    let _ = stop.send(true);
+}
+
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })
-}
-
-/// Accepts TLS connections and serves HTTP/1.1 or HTTP/2 on each until told to stop, then
-/// waits (bounded) for the open connections to finish their requests. Connections that fail
-/// before or at the HTTP level are counted by reason in `metrics`.
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    app: Router,
-    metrics: Arc<Metrics>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-    drain_timeout: Duration,
-) {
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1
-        .timer(TokioTimer::new())
-        // hyper runs this timeout whenever it waits for a request head, idle keep-alive
-        // connections included: they are closed after it too.
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        // A client that sends a short body and shuts its sending side still reads the 400.
-        .half_close(true);
-    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-    http2.timer(TokioTimer::new());
-    let (http1, http2) = (Arc::new(http1), Arc::new(http2));
-    let graceful = GracefulShutdown::new();
-    loop {
-        let (tcp, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(pair) => pair,
-                Err(error) => {
-                    tracing::warn!("accept failed: {error}");
-                    continue;
-                }
-            },
-            _ = stop.wait_for(|stopped| *stopped) => break,
-        };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let app = app.clone();
-        let (http1, http2) = (http1.clone(), http2.clone());
-        let metrics = metrics.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(tcp, &acceptor)).await
-            {
-                Ok(Handshake::Done(tls)) => tls,
-                Ok(Handshake::PlainHttp(tcp)) => {
-                    metrics.tls_handshake_failure("plain-http");
-                    tracing::debug!(%peer, "plain HTTP on the TLS port; answered 400");
-                    let _ = tokio::time::timeout(HANDSHAKE_TIMEOUT, answer_plain_http(tcp)).await;
-                    return;
-                }
-                Ok(Handshake::Failed(reason)) => {
-                    metrics.tls_handshake_failure(reason);
-                    tracing::debug!(%peer, reason, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    metrics.tls_handshake_failure("timeout");
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            // Whether a request has come in: a header timeout after one is an idle
-            // keep-alive connection being closed, not a client failing to send its head.
-            let served = Arc::new(AtomicBool::new(false));
-            let service = {
-                let served = served.clone();
-                hyper::service::service_fn(move |request| {
-                    served.store(true, Ordering::Relaxed);
-                    tower_service::Service::call(&mut app.clone(), request)
-                })
-            };
-            // ALPN decides the protocol, so nothing waits for a client's first bytes without a
-            // timeout: HTTP/1.1's header read timeout runs from the handshake on.
-            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-            let io = TokioIo::new(tls);
-            let ended = if h2 {
-                // hyper has no header timeout for HTTP/2: a client that sends no complete
-                // request within it is dropped here. Later idle periods are the API
-                // server's connection reuse and stay open.
-                let connection = watcher.watch(http2.serve_connection(io, service));
-                tokio::pin!(connection);
-                tokio::select! {
-                    ended = &mut connection => ended,
-                    _ = tokio::time::sleep(HEADER_READ_TIMEOUT) => {
-                        if !served.load(Ordering::Relaxed) {
-                            metrics.connection_error("header-timeout");
-                            tracing::debug!(%peer, "no HTTP/2 request in time; closed");
-                            return;
-                        }
-                        connection.await
-                    }
-                }
-            } else {
-                watcher.watch(http1.serve_connection(io, service)).await
-            };
-            match ended {
-                Ok(()) => {}
-                Err(error) if error.is_timeout() && served.load(Ordering::Relaxed) => {
-                    tracing::debug!(%peer, "idle keep-alive connection closed");
-                }
-                Err(error) => {
-                    let reason = connection_error_reason(&error);
-                    metrics.connection_error(reason);
-                    tracing::debug!(%peer, reason, "connection ended: {error}");
-                }
-            }
-        });
-    }
-    drop(listener);
-    if tokio::time::timeout(drain_timeout, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("connections still open after {drain_timeout:?}; closing them");
-    }
-}
-
-/// How a connection's start went.
-enum Handshake {
-    Done(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>),
-    /// The client speaks plain HTTP: it gets a plain-HTTP 400 that says so, as Go's net/http
-    /// does, rather than a TLS alert it cannot read.
-    PlainHttp(tokio::net::TcpStream),
-    /// A `podmend_tls_handshake_failures_total` reason.
-    Failed(&'static str),
-}
-
-async fn handshake(tcp: tokio::net::TcpStream, acceptor: &TlsAcceptor) -> Handshake {
-    let mut first = [0u8; 1];
-    match tcp.peek(&mut first).await {
-        Ok(0) | Err(_) => return Handshake::Failed("closed"),
-        Ok(_) => {}
-    }
-    // A TLS connection starts with a handshake record (0x16); an HTTP request with its
-    // method in capitals.
-    if first[0].is_ascii_uppercase() {
-        return Handshake::PlainHttp(tcp);
-    }
-    match acceptor.accept(tcp).await {
-        Ok(tls) => Handshake::Done(Box::new(tls)),
-        Err(error) => Handshake::Failed(tls::handshake_failure_reason(&error)),
-    }
-}
-
-/// Writes the 400, then reads and drops what the client sent (bounded) before closing, so
-/// that the client reads the answer instead of a connection reset.
-async fn answer_plain_http(mut tcp: tokio::net::TcpStream) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    const BODY: &str = "this port speaks HTTPS (TLS), not plain HTTP: use an https:// URL; \
-                        /healthz, /readyz and /metrics are plain HTTP on the metrics port\n";
-    let answer = format!(
-        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n\
-         content-length: {}\r\nconnection: close\r\n\r\n{BODY}",
-        BODY.len()
-    );
-    if tcp.write_all(answer.as_bytes()).await.is_err() || tcp.shutdown().await.is_err() {
-        return;
-    }
-    let mut sink = [0u8; 4096];
-    let mut left: usize = 64 * 1024;
-    while left > 0 {
-        match tcp.read(&mut sink).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => left = left.saturating_sub(n),
-        }
-    }
-}
-
-/// Why an HTTP connection ended in an error, as a `podmend_connection_errors_total` reason.
-fn connection_error_reason(error: &hyper::Error) -> &'static str {
-    if error.is_timeout() {
-        "header-timeout"
-    } else if error.is_parse() || error.is_parse_too_large() {
-        "malformed-http"
-    } else if error.is_incomplete_message() {
-        "incomplete"
-    } else {
-        "other"
-    }
-}
-
-/// Polls the certificate and the config file; swaps in valid new versions only.
-async fn reload_loop(state: Arc<AppState>, certs: Arc<CertStore>, options: ServeOptions) {
-    let mut config_text = options
-        .config
-        .as_ref()
-        .and_then(|path| std::fs::read_to_string(path).ok());
-    let mut ticks = tokio::time::interval(options.reload_interval);
-    ticks.tick().await;
-    loop {
-        ticks.tick().await;
-        match certs.reload_if_changed() {
-            Ok(false) => {}
-            Ok(true) => {
-                state.metrics.tls_reload(true);
-                state.metrics.set_certificate_expiry(certs.not_after_unix());
-                tracing::info!(cert = %options.tls_cert.display(), "serving certificate reloaded");
-            }
-            Err(error) => {
-                state.metrics.tls_reload(false);
-                tracing::error!("serving certificate not reloaded, keeping the old one: {error}");
-            }
-        }
-        let Some(path) = &options.config else {
-            continue;
-        };
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(error) => {
-                if config_text.take().is_some() {
-                    state.metrics.config_reload(false);
-                    tracing::error!(
-                        "config {} unreadable, keeping the old one: {error}",
-                        path.display()
-                    );
-                }
-                continue;
-            }
-        };
-        if config_text.as_deref() == Some(text.as_str()) {
-            continue;
-        }
-        match Config::from_yaml(&text, &path.display().to_string()) {
-            Ok(config) => {
-                state.set_config(&config);
-                state.metrics.config_reload(true);
-                tracing::info!(config = %path.display(), "configuration reloaded");
-            }
-            Err(error) => {
-                state.metrics.config_reload(false);
-                tracing::error!("configuration not reloaded, keeping the old one: {error}");
-            }
-        }
-        config_text = Some(text);
-    }
 }

@@ -368,35 +368,53 @@ fn build(
     key_path: &Path,
     key_pem: &[u8],
 ) -> Result<Served, TlsError> {
+    let (chain, not_after) = parse_chain(cert_path, cert_pem)?;
+    let signing_key = parse_key(key_path, key_pem)?;
+    let key = CertifiedKey::new(chain, signing_key);
+    check_keys_match(&key, cert_path, key_path)?;
+    Ok(Served {
+        key: Arc::new(key),
+        content_hash: content_hash(cert_pem, key_pem),
+        not_after,
+    })
+}
+
+/// The certificates of a PEM chain, each an X.509 certificate, and the first one's notAfter
+/// (unix seconds).
+fn parse_chain(
+    cert_path: &Path,
+    cert_pem: &[u8],
+) -> Result<(Vec<CertificateDer<'static>>, i64), TlsError> {
+    let bad = |index: usize, reason: String| TlsError::BadCertificate {
+        path: cert_path.to_path_buf(),
+        index,
+        reason,
+    };
     let mut chain = Vec::new();
     for (i, item) in CertificateDer::pem_slice_iter(cert_pem).enumerate() {
-        let der = item.map_err(|e| TlsError::BadCertificate {
-            path: cert_path.to_path_buf(),
-            index: i + 1,
-            reason: format!("invalid PEM: {e}"),
-        })?;
-        chain.push(der);
+        chain.push(item.map_err(|e| bad(i + 1, format!("invalid PEM: {e}")))?);
     }
-
     let mut not_after = None;
     for (i, der) in chain.iter().enumerate() {
-        let (_, parsed) = x509_parser::parse_x509_certificate(der.as_ref()).map_err(|e| {
-            TlsError::BadCertificate {
-                path: cert_path.to_path_buf(),
-                index: i + 1,
-                reason: format!("not an X.509 certificate: {e}"),
-            }
-        })?;
+        let (_, parsed) = x509_parser::parse_x509_certificate(der.as_ref())
+            .map_err(|e| bad(i + 1, format!("not an X.509 certificate: {e}")))?;
         if i == 0 {
             not_after = Some(parsed.validity().not_after.timestamp());
         }
     }
-    let Some(not_after) = not_after else {
-        return Err(TlsError::NoCertificate {
+    match not_after {
+        Some(not_after) => Ok((chain, not_after)),
+        None => Err(TlsError::NoCertificate {
             path: cert_path.to_path_buf(),
-        });
-    };
+        }),
+    }
+}
 
+/// The private key of a PEM file, loaded by ring.
+fn parse_key(
+    key_path: &Path,
+    key_pem: &[u8],
+) -> Result<Arc<dyn rustls::sign::SigningKey>, TlsError> {
     let key_der = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| match e {
         pem::Error::NoItemsFound => TlsError::NoPrivateKey {
             path: key_path.to_path_buf(),
@@ -406,39 +424,33 @@ fn build(
             reason: format!("invalid PEM: {e}"),
         },
     })?;
-    let signing_key = ring::default_provider()
+    ring::default_provider()
         .key_provider
         .load_private_key(key_der)
         .map_err(|e| TlsError::BadPrivateKey {
             path: key_path.to_path_buf(),
             reason: e.to_string(),
-        })?;
+        })
+}
 
-    let key = CertifiedKey::new(chain, signing_key);
+/// The key must be the certificate's.
+fn check_keys_match(key: &CertifiedKey, cert_path: &Path, key_path: &Path) -> Result<(), TlsError> {
     match key.keys_match() {
         // ring keys always expose their public key, so `Unknown` does not happen; like
         // `CertifiedKey::from_der`, it would not be treated as a mismatch.
-        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(()),
         Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
-            return Err(TlsError::KeyMismatch {
+            Err(TlsError::KeyMismatch {
                 cert: cert_path.to_path_buf(),
                 key: key_path.to_path_buf(),
-            });
+            })
         }
-        Err(e) => {
-            return Err(TlsError::BadCertificate {
-                path: cert_path.to_path_buf(),
-                index: 1,
-                reason: e.to_string(),
-            });
-        }
+        Err(e) => Err(TlsError::BadCertificate {
+            path: cert_path.to_path_buf(),
+            index: 1,
+            reason: e.to_string(),
+        }),
     }
-
-    Ok(Served {
-        key: Arc::new(key),
-        content_hash: content_hash(cert_pem, key_pem),
-        not_after,
-    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use hyper::Request;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 
-use super::Outcome;
+use super::CleanupOutcome;
 
 /// The Pushgateway `job` label of every push.
 pub const PUSHGATEWAY_JOB: &str = "podmend-clean-storms";
@@ -56,7 +56,7 @@ fn escape(value: &str) -> String {
 }
 
 /// The run as Prometheus text (exposition format 0.0.4).
-pub fn render(outcome: &Outcome) -> String {
+pub fn render(outcome: &CleanupOutcome) -> String {
     let mut out = String::new();
     let mut gauge = |name: &str, help: &str, samples: &[(String, f64)]| {
         let _ = writeln!(out, "# HELP {name} {help}");

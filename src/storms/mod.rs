@@ -16,6 +16,7 @@ pub mod ratelimit;
 
 use std::collections::BTreeMap;
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -131,7 +132,7 @@ impl Storm {
 
 /// What a clean-up will do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
+pub struct CleanupPlan {
     /// Biggest first; ties by namespace, owner kind, owner name, reason.
     pub storms: Vec<Storm>,
     /// `Failed` pods listed (the API server's `status.phase=Failed` selection).
@@ -142,7 +143,7 @@ pub struct Plan {
     pub list_requests: usize,
 }
 
-impl Plan {
+impl CleanupPlan {
     /// The pods to delete, in the order the real run deletes them.
     pub fn deletions(&self) -> impl Iterator<Item = (&Storm, &StormPod)> {
         self.storms
@@ -160,48 +161,18 @@ impl Plan {
 pub fn plan_from_pods<'a>(
     pods: impl IntoIterator<Item = &'a Value>,
     options: &CleanOptions,
-) -> Plan {
-    // (namespace, kind, name, reason) → (owner, owner uid, pods).
-    type Group = (ObjectRef, String, Vec<StormPod>);
-    let mut groups: BTreeMap<(String, String, String, String), Group> = BTreeMap::new();
-    let mut listed = 0;
-    for pod in pods {
-        listed += 1;
-        let Some((owner, reason)) = failed_pod_group(pod) else {
-            continue;
-        };
-        let wanted = if options.reasons.is_empty() {
-            is_admission_rejection(&reason)
-        } else {
-            options.reasons.contains(&reason)
-        };
-        let Some(controller) = controller_of(pod) else {
-            continue;
-        };
-        if !wanted {
-            continue;
-        }
-        let key = (
-            owner.namespace.clone(),
-            owner.kind.clone(),
-            owner.name.clone(),
-            reason,
-        );
-        let group = groups
-            .entry(key)
-            .or_insert_with(|| (owner, controller.uid.clone(), Vec::new()));
-        group.2.push(StormPod {
-            namespace: text(pod, "/metadata/namespace").to_string(),
-            name: text(pod, "/metadata/name").to_string(),
-            uid: text(pod, "/metadata/uid").to_string(),
-            created: text(pod, "/metadata/creationTimestamp").to_string(),
-        });
-    }
-    let mut plan = Plan {
+) -> CleanupPlan {
+    let (listed, groups) = group_failed_pods(pods, options);
+    let mut plan = CleanupPlan {
         listed,
-        ..Plan::default()
+        ..CleanupPlan::default()
     };
-    for ((_, _, _, reason), (owner, owner_uid, mut pods)) in groups {
+    for ((_, _, _, reason), group) in groups {
+        let OwnerGroup {
+            owner,
+            owner_uid,
+            mut pods,
+        } = group;
         if pods.len() < options.threshold.max(1) {
             plan.below_threshold += 1;
             continue;
@@ -226,6 +197,61 @@ pub fn plan_from_pods<'a>(
     plan
 }
 
+/// One controller's `Failed` pods of one reason.
+struct OwnerGroup {
+    owner: ObjectRef,
+    owner_uid: String,
+    pods: Vec<StormPod>,
+}
+
+/// (namespace, owner kind, owner name, reason).
+type GroupKey = (String, String, String, String);
+
+/// Counts `pods` and groups those selected (phase `Failed`, a wanted reason, a controller)
+/// by controller and reason.
+fn group_failed_pods<'a>(
+    pods: impl IntoIterator<Item = &'a Value>,
+    options: &CleanOptions,
+) -> (usize, BTreeMap<GroupKey, OwnerGroup>) {
+    let mut groups: BTreeMap<GroupKey, OwnerGroup> = BTreeMap::new();
+    let mut listed = 0;
+    for pod in pods {
+        listed += 1;
+        let Some((owner, reason)) = failed_pod_group(pod) else {
+            continue;
+        };
+        let wanted = if options.reasons.is_empty() {
+            is_admission_rejection(&reason)
+        } else {
+            options.reasons.contains(&reason)
+        };
+        let Some(controller) = controller_of(pod) else {
+            continue;
+        };
+        if !wanted {
+            continue;
+        }
+        let key = (
+            owner.namespace.clone(),
+            owner.kind.clone(),
+            owner.name.clone(),
+            reason,
+        );
+        let group = groups.entry(key).or_insert_with(|| OwnerGroup {
+            owner,
+            owner_uid: controller.uid.clone(),
+            pods: Vec::new(),
+        });
+        group.pods.push(StormPod {
+            namespace: text(pod, "/metadata/namespace").to_string(),
+            name: text(pod, "/metadata/name").to_string(),
+            uid: text(pod, "/metadata/uid").to_string(),
+            created: text(pod, "/metadata/creationTimestamp").to_string(),
+        });
+    }
+    (listed, groups)
+}
+
 /// A creation time for ordering: parsed, so that any RFC 3339 spelling orders right; an
 /// absent or unreadable one first (the oldest: deleted first, never the one kept).
 fn created_at(text: &str) -> Option<Timestamp> {
@@ -233,7 +259,7 @@ fn created_at(text: &str) -> Option<Timestamp> {
 }
 
 /// Lists the `Failed` pods (`fieldSelector=status.phase=Failed`, page by page) and plans.
-pub async fn plan(client: &Client, options: &CleanOptions) -> Result<Plan, StormError> {
+pub async fn plan(client: &Client, options: &CleanOptions) -> Result<CleanupPlan, StormError> {
     for reason in &options.reasons {
         if !is_admission_rejection(reason) {
             return Err(StormError::NotARejection(reason.clone()));
@@ -272,7 +298,7 @@ pub struct ReasonCounts {
 
 /// What a clean-up did.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Outcome {
+pub struct CleanupOutcome {
     pub dry_run: bool,
     pub storms: usize,
     pub by_reason: BTreeMap<String, ReasonCounts>,
@@ -291,7 +317,45 @@ pub struct Outcome {
     pub finished_unix: u64,
 }
 
-impl Outcome {
+impl CleanupOutcome {
+    /// Before anything is deleted: the plan's storms, what each reason selects and keeps,
+    /// and its list requests.
+    fn planned(plan: &CleanupPlan, dry_run: bool) -> Self {
+        let mut outcome = CleanupOutcome {
+            dry_run,
+            storms: plan.storms.len(),
+            api_requests: plan.list_requests,
+            ..CleanupOutcome::default()
+        };
+        for storm in &plan.storms {
+            let counts = outcome.by_reason.entry(storm.reason.clone()).or_default();
+            counts.selected += storm.delete.len();
+            counts.kept += storm.keep.len();
+            outcome.kept += storm.keep.len();
+        }
+        outcome
+    }
+
+    /// Counts how one delete ended (a failure also on stderr); true when `pod` was deleted.
+    fn count(&mut self, pod: &StormPod, deleted: Deleted) -> bool {
+        match deleted {
+            Deleted::Yes => {
+                self.deleted += 1;
+                return true;
+            }
+            Deleted::Gone => self.gone += 1,
+            Deleted::Recreated => self.recreated += 1,
+            Deleted::Failed(why) => {
+                self.failed += 1;
+                eprintln!(
+                    "podmend clean-storms: pod {}/{}: {why}",
+                    pod.namespace, pod.name
+                );
+            }
+        }
+        false
+    }
+
     /// No delete and no Event failed.
     pub fn succeeded(&self) -> bool {
         self.failed == 0 && self.events_failed == 0
@@ -327,7 +391,7 @@ impl Outcome {
 }
 
 /// One line per pod the plan deletes, in the order the real run deletes them.
-pub fn dry_run_lines(plan: &Plan) -> impl Iterator<Item = String> + '_ {
+pub fn dry_run_lines(plan: &CleanupPlan) -> impl Iterator<Item = String> + '_ {
     plan.deletions().map(|(storm, pod)| {
         let created = if pod.created.is_empty() {
             "no creation time".to_string()
@@ -358,50 +422,76 @@ enum Deleted {
 /// writes [`dry_run_lines`] instead.
 pub async fn execute(
     client: &Client,
-    plan: &Plan,
+    plan: &CleanupPlan,
     options: &CleanOptions,
     out: &mut dyn Write,
-) -> Result<Outcome, StormError> {
+) -> Result<CleanupOutcome, StormError> {
     let started = Instant::now();
-    let mut outcome = Outcome {
-        dry_run: options.dry_run,
-        storms: plan.storms.len(),
-        api_requests: plan.list_requests,
-        ..Outcome::default()
-    };
-    for storm in &plan.storms {
-        let counts = outcome.by_reason.entry(storm.reason.clone()).or_default();
-        counts.selected += storm.delete.len();
-        counts.kept += storm.keep.len();
-        outcome.kept += storm.keep.len();
-    }
+    let mut outcome = CleanupOutcome::planned(plan, options.dry_run);
     let write =
         |out: &mut dyn Write, line: String| writeln!(out, "{line}").map_err(StormError::Write);
     if options.dry_run {
         for line in dry_run_lines(plan) {
             write(out, line)?;
         }
-        outcome.duration = started.elapsed();
-        outcome.finished_unix = unix_now();
-        return Ok(outcome);
+    } else {
+        let mut cleaner = Cleaner {
+            client,
+            options,
+            bucket: Arc::new(tokio::sync::Mutex::new(TokenBucket::new(
+                options.deletes_per_second,
+                1.0,
+                Instant::now(),
+            ))),
+            total: plan.storms.iter().map(|s| s.delete.len()).sum(),
+            done: 0,
+        };
+        for storm in &plan.storms {
+            let deleted = cleaner.clean(storm, &mut outcome).await?;
+            write(
+                out,
+                format!(
+                    "{}: deleted {} Failed pod{} ({}), kept the newest {}",
+                    describe(&storm.owner),
+                    thousands(deleted),
+                    if deleted == 1 { "" } else { "s" },
+                    storm.reason,
+                    storm.keep.len()
+                ),
+            )?;
+        }
     }
+    outcome.duration = started.elapsed();
+    outcome.finished_unix = unix_now();
+    Ok(outcome)
+}
 
-    let bucket = Arc::new(tokio::sync::Mutex::new(TokenBucket::new(
-        options.deletes_per_second,
-        1.0,
-        Instant::now(),
-    )));
-    let total: usize = plan.storms.iter().map(|s| s.delete.len()).sum();
-    let mut done = 0usize;
-    for storm in &plan.storms {
+/// What the deletes of one run share: the rate limit and the progress count.
+struct Cleaner<'a> {
+    client: &'a Client,
+    options: &'a CleanOptions,
+    bucket: Arc<tokio::sync::Mutex<TokenBucket>>,
+    /// Pods the plan deletes, and deletes sent so far.
+    total: usize,
+    done: usize,
+}
+
+impl Cleaner<'_> {
+    /// Deletes one storm's pods, counting each result in `outcome`, then posts the Event on
+    /// its owner if any pod was deleted; returns how many were.
+    async fn clean(
+        &mut self,
+        storm: &Storm,
+        outcome: &mut CleanupOutcome,
+    ) -> Result<usize, StormError> {
         let pods: Api<DynamicObject> = Api::namespaced_with(
-            client.clone(),
+            self.client.clone(),
             &storm.owner.namespace,
             &ApiResource::erase::<Pod>(&()),
         );
         let mut results = futures::stream::iter(storm.delete.iter())
             .map(|pod| {
-                let (pods, bucket) = (pods.clone(), bucket.clone());
+                let (pods, bucket) = (pods.clone(), self.bucket.clone());
                 async move {
                     // The stream polls in the plan's order and the lock is fair, so deletes
                     // take their tokens, and go out, in that order; the lock is held while
@@ -411,64 +501,47 @@ pub async fn execute(
                 }
             })
             .buffered(IN_FLIGHT);
-        let mut deleted_here = 0;
+        let mut deleted = 0;
         while let Some((pod, result)) = results.next().await {
             outcome.api_requests += 1;
-            done += 1;
-            match result {
-                Ok(Deleted::Yes) => {
-                    deleted_here += 1;
-                    outcome.deleted += 1;
-                }
-                Ok(Deleted::Gone) => outcome.gone += 1,
-                Ok(Deleted::Recreated) => outcome.recreated += 1,
-                Ok(Deleted::Failed(why)) => {
-                    outcome.failed += 1;
-                    eprintln!(
-                        "podmend clean-storms: pod {}/{}: {why}",
-                        pod.namespace, pod.name
-                    );
-                }
-                Err(error) => return Err(error),
+            self.done += 1;
+            if outcome.count(pod, result?) {
+                deleted += 1;
             }
-            if options.progress {
-                eprint!("\rdeleting… {}/{}", thousands(done), thousands(total));
+            if self.options.progress {
+                eprint!(
+                    "\rdeleting… {}/{}",
+                    thousands(self.done),
+                    thousands(self.total)
+                );
             }
         }
         if let Some(counts) = outcome.by_reason.get_mut(&storm.reason) {
-            counts.deleted += deleted_here;
+            counts.deleted += deleted;
         }
-        if deleted_here > 0 {
-            outcome.api_requests += 1;
-            match post_event(client, storm, deleted_here, options).await {
-                Ok(()) => outcome.events_posted += 1,
-                Err(why) => {
-                    outcome.events_failed += 1;
-                    eprintln!(
-                        "podmend clean-storms: no Event on {}: {why}",
-                        describe(&storm.owner)
-                    );
-                }
-            }
+        if deleted > 0 {
+            self.post_event(storm, deleted, outcome).await;
         }
-        if options.progress {
+        if self.options.progress {
             eprintln!();
         }
-        write(
-            out,
-            format!(
-                "{}: deleted {} Failed pod{} ({}), kept the newest {}",
-                describe(&storm.owner),
-                thousands(deleted_here),
-                if deleted_here == 1 { "" } else { "s" },
-                storm.reason,
-                storm.keep.len()
-            ),
-        )?;
+        Ok(deleted)
     }
-    outcome.duration = started.elapsed();
-    outcome.finished_unix = unix_now();
-    Ok(outcome)
+
+    /// Posts the Event on the storm's owner; a failure is counted and reported on stderr.
+    async fn post_event(&self, storm: &Storm, deleted: usize, outcome: &mut CleanupOutcome) {
+        outcome.api_requests += 1;
+        match post_event(self.client, storm, deleted, self.options).await {
+            Ok(()) => outcome.events_posted += 1,
+            Err(why) => {
+                outcome.events_failed += 1;
+                eprintln!(
+                    "podmend clean-storms: no Event on {}: {why}",
+                    describe(&storm.owner)
+                );
+            }
+        }
+    }
 }
 
 async fn delete_pod(api: &Api<DynamicObject>, pod: &StormPod) -> Result<Deleted, StormError> {
@@ -582,37 +655,44 @@ fn unix_now() -> u64 {
         .as_secs()
 }
 
+/// Everything `podmend clean-storms` is told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CleanStormsOptions {
+    /// Kubeconfig file; `None`: `$KUBECONFIG`, `~/.kube/config`, in-cluster.
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context; `None`: the current one.
+    pub context: Option<String>,
+    /// What to clean and how.
+    pub clean: CleanOptions,
+    /// Write the run's metrics to this file (Prometheus text format).
+    pub metrics_file: Option<PathBuf>,
+    /// Push the run's metrics to this Pushgateway (`http://HOST:PORT`).
+    pub pushgateway: Option<String>,
+}
+
 /// Runs `podmend clean-storms`: plans, cleans (or lists, with `--dry-run`), prints the summary
 /// line, hands the metrics over. True when nothing failed.
 pub async fn clean_command(
-    args: &crate::cli::CleanStormsArgs,
-    progress: bool,
+    options: &CleanStormsOptions,
     out: &mut dyn Write,
 ) -> Result<bool, StormError> {
-    let options = CleanOptions {
-        namespace: args.namespace.clone(),
-        page_size: args.page_size,
-        threshold: usize::try_from(args.threshold).unwrap_or(usize::MAX),
-        keep: usize::try_from(args.keep).unwrap_or(usize::MAX),
-        deletes_per_second: args.deletes_per_second,
-        dry_run: args.dry_run,
-        reasons: args.reasons.clone(),
-        progress,
-    };
-    let client =
-        crate::audit::cluster::client_for(args.kubeconfig.as_deref(), args.context.as_deref())
-            .await?;
-    let plan = plan(&client, &options).await?;
-    let mut outcome = execute(&client, &plan, &options, out).await?;
+    let clean = &options.clean;
+    let client = crate::audit::cluster::client_for(
+        options.kubeconfig.as_deref(),
+        options.context.as_deref(),
+    )
+    .await?;
+    let plan = plan(&client, clean).await?;
+    let mut outcome = execute(&client, &plan, clean, out).await?;
     // client_for's GET /version, which checks the API server answers.
     outcome.api_requests += 1;
     writeln!(out, "{}", outcome.summary()).map_err(StormError::Write)?;
     let text = metrics::render(&outcome);
-    if let Some(path) = &args.metrics_file {
+    if let Some(path) = &options.metrics_file {
         metrics::write_file(path, &text)?;
     }
-    if let Some(url) = &args.pushgateway {
-        metrics::push(url, args.namespace.as_deref(), &text).await?;
+    if let Some(url) = &options.pushgateway {
+        metrics::push(url, clean.namespace.as_deref(), &text).await?;
     }
     Ok(outcome.succeeded())
 }

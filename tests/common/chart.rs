@@ -2,13 +2,11 @@
 //! beside this file), for tests that run what the chart deploys.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
 
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::python::{INSTALL_HINT, venv_python};
+use super::python::run_script;
 
 /// One rendered object and the template it came from.
 #[derive(Debug, Clone, Deserialize)]
@@ -52,18 +50,12 @@ impl Render {
 
 /// Renders the chart with `values` as release `name` in `namespace`.
 pub fn render(values: &Value, name: &str, namespace: &str) -> Render {
-    let python = venv_python(&["helm_python", "yaml"]);
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let input = dir.path().join("values.json");
-    std::fs::write(&input, serde_json::to_vec(values).expect("values")).expect("write values");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/chart_render.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(&input)
-        .args([name, namespace])
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", python.display()));
+    let output = run_script(
+        &["helm_python", "yaml"],
+        "chart_render.py",
+        values,
+        &[name, namespace],
+    );
     assert!(
         output.status.success(),
         "rendering the chart failed: {}",

@@ -3,11 +3,10 @@
 //! package (`crd_schema.py` beside this file, run by the virtual environment's Python).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::python::{INSTALL_HINT, venv_python};
+use super::python::run_script;
 
 /// One CRD version and the objects that must pass it.
 pub struct Check<'a> {
@@ -27,27 +26,18 @@ pub fn crd_path(name: &str) -> PathBuf {
 
 /// Every problem, one line each (`check object /path: message`); empty when all pass.
 pub fn problems(checks: &[Check<'_>]) -> Vec<String> {
-    let python = venv_python(&["jsonschema", "yaml"]);
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let input = dir.path().join("checks.json");
     let checks: Vec<Value> = checks
         .iter()
         .map(|c| {
             json!({"crd": crd_path(c.crd), "version": c.version, "strict": c.strict, "objects": c.objects})
         })
         .collect();
-    std::fs::write(
-        &input,
-        serde_json::to_vec(&json!({ "checks": checks })).expect("JSON"),
-    )
-    .expect("write checks");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/crd_schema.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(&input)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", python.display()));
+    let output = run_script(
+        &["jsonschema", "yaml"],
+        "crd_schema.py",
+        &json!({ "checks": checks }),
+        &[],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.code().is_some_and(|c| c <= 1) && stderr.trim().is_empty(),

@@ -235,12 +235,6 @@ pub fn api_errors(spec: &Value) -> Vec<String> {
     errors
 }
 
-/// A free TCP port on loopback (bound then released).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr").port()
-}
-
 /// `path` rooted in `root`: `/podmend/daemon/docker.sock` → `<root>/podmend/daemon/docker.sock`.
 pub fn under(root: &std::path::Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))

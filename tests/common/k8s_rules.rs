@@ -33,6 +33,10 @@ const NANOS_PER_UNIT: i128 = 1_000_000_000;
 /// An exact Kubernetes resource quantity (`resource.Quantity`), held as a signed count of
 /// nano-units.
 ///
+/// It does what `src/quantity.rs` does, and stays a separate implementation on purpose: an
+/// independent oracle, so that a misreading of `ParseQuantity` in podmend fails the tests
+/// instead of being shared by them. Do not replace one with the other.
+///
 /// Parsing follows `resource.ParseQuantity` (`k8s.io/apimachinery/pkg/api/resource/quantity.go`):
 ///
 /// ```text

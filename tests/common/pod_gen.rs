@@ -433,6 +433,10 @@ impl ResourceSketch {
 }
 
 /// The milli value of a spelling made by [`quantity_spellings`] (rounded up like the API).
+///
+/// Read with the tests' own parser ([`super::k8s_rules::Quantity`]), never with
+/// `podmend::quantity`: this second quantity parser is a duplicate on purpose, an oracle
+/// written from `resource.ParseQuantity` that must not share a bug with the code under test.
 fn value_milli(value: &Value) -> i128 {
     let q = super::k8s_rules::Quantity::from_json(value)
         .unwrap_or_else(|e| panic!("generator spelled an invalid quantity {value}: {e}"));

@@ -1,13 +1,17 @@
 //! Runs the real `podmend serve` binary on loopback with certificates from `podmend certs`,
 //! and a TLS client that trusts only that CA: the test plays the API server.
 
-use std::net::{SocketAddr, TcpListener};
+use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use super::net::{free_port, http_get};
+use super::spawn::{certs_command, serve_command};
+use super::tls::{Identity, client_config_with, roots};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_podmend");
 
@@ -35,22 +39,47 @@ pub struct Options {
     pub shutdown_delay_seconds: u64,
     /// `--cache-stale-seconds`; 30 (the default) when `None`.
     pub cache_stale_seconds: Option<u64>,
-}
-
-fn free_port() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener.local_addr().expect("local addr")
+    /// More flags (`--client-ca FILE`, `--log-format json`, …).
+    pub args: Vec<OsString>,
 }
 
 /// Writes a development PKI with the real `podmend certs` command.
 pub fn write_certs(dir: &Path) {
-    let status = Command::new(BIN)
-        .args(["certs", "--dns", "localhost", "--dns", "127.0.0.1", "--out"])
-        .arg(dir)
+    let status = certs_command(Path::new(BIN), dir)
         .stdout(Stdio::null())
         .status()
         .expect("run podmend certs");
     assert!(status.success(), "podmend certs failed");
+}
+
+/// Lays `dir` out as the kubelet lays out a Secret volume (`tls.crt -> ..data/tls.crt`,
+/// `..data -> ..<version>`) and points `..data` at `..<version>` with one atomic rename.
+pub fn publish_version(dir: &Path, version: &str) {
+    let tmp = dir.join("..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(format!("..{version}"), &tmp).expect("symlink");
+    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
+    for file in ["tls.crt", "tls.key", "ca.crt"] {
+        let link = dir.join(file);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{file}"), &link).expect("symlink");
+        }
+    }
+}
+
+/// `podmend serve` on `webhook` and `metrics` with the PKI `write_certs` wrote under
+/// `dir/certs`, look-ups off: for a test that runs the command itself (and expects it to
+/// fail).
+pub fn serve_command_in(dir: &Path, webhook: SocketAddr, metrics: SocketAddr) -> Command {
+    let mut command = serve_command(
+        Path::new(BIN),
+        webhook,
+        metrics,
+        &dir.join("certs"),
+        &dir.join("no-kubeconfig"),
+    );
+    command.env("RUST_LOG", "info").stdout(Stdio::null());
+    command
 }
 
 impl Server {
@@ -71,17 +100,13 @@ impl Server {
             attempts += 1;
             let webhook = free_port();
             let metrics = free_port();
-            let mut command = Command::new(BIN);
+            let kubeconfig = options
+                .kubeconfig
+                .clone()
+                .unwrap_or_else(|| dir.path().join("no-kubeconfig"));
+            let mut command =
+                serve_command(Path::new(BIN), webhook, metrics, &tls_dir, &kubeconfig);
             command
-                .arg("serve")
-                .arg("--listen")
-                .arg(webhook.to_string())
-                .arg("--metrics-listen")
-                .arg(metrics.to_string())
-                .arg("--tls-cert")
-                .arg(tls_dir.join("tls.crt"))
-                .arg("--tls-key")
-                .arg(tls_dir.join("tls.key"))
                 .args(["--reload-seconds", "1", "--shutdown-seconds", "5"])
                 .args([
                     "--shutdown-delay-seconds",
@@ -91,13 +116,7 @@ impl Server {
                     "--cache-stale-seconds",
                     &options.cache_stale_seconds.unwrap_or(30).to_string(),
                 ])
-                .arg("--kubeconfig")
-                .arg(
-                    options
-                        .kubeconfig
-                        .clone()
-                        .unwrap_or_else(|| dir.path().join("no-kubeconfig")),
-                )
+                .args(&options.args)
                 .env("RUST_LOG", "info")
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&log).expect("log file"));
@@ -130,6 +149,14 @@ impl Server {
         }
     }
 
+    /// [`Server::start`] on a blocking thread, for async tests: the runtime's threads (an API
+    /// stub's among them) keep running while it waits for the server.
+    pub async fn start_async(options: Options) -> Server {
+        tokio::task::spawn_blocking(move || Server::start(options))
+            .await
+            .expect("server starts")
+    }
+
     pub fn config_path(&self) -> PathBuf {
         self.dir.path().join("config.yaml")
     }
@@ -160,52 +187,43 @@ impl Server {
 
     /// A plain-HTTP GET on the metrics port: (status, body).
     pub fn metrics_get(&self, path: &str) -> Result<(u16, String), String> {
-        use std::io::{Read, Write};
-        let mut stream =
-            std::net::TcpStream::connect_timeout(&self.metrics, Duration::from_secs(2))
-                .map_err(|e| e.to_string())?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(|e| e.to_string())?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        http_get(
+            self.metrics,
+            path,
+            Duration::from_secs(2),
+            Duration::from_secs(5),
         )
-        .map_err(|e| e.to_string())?;
-        let mut response = String::new();
-        stream
-            .read_to_string(&mut response)
-            .map_err(|e| e.to_string())?;
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("bad response: {response}"))?;
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        Ok((status, body))
+        .map_err(|e| e.to_string())
     }
 
     /// A client that verifies the server against the dev CA, offering `alpn`.
     pub fn client(&self, alpn: &[&[u8]]) -> reqwest::Client {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&self.ca_pem()) {
-            roots.add(cert.expect("ca pem")).expect("add ca");
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("protocol versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        self.client_with(alpn, None)
+    }
+
+    /// [`Server::client`] presenting `identity` as its client certificate, when given.
+    pub fn client_with(&self, alpn: &[&[u8]], identity: Option<&Identity>) -> reqwest::Client {
+        let ca = self.ca_pem();
+        let tls = client_config_with(roots([ca.as_slice()]), None, identity, alpn);
         reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .timeout(Duration::from_secs(10))
             .build()
             .expect("client")
+    }
+
+    /// A TLS connection to the webhook port that trusts only the dev CA, offering `alpn`.
+    pub async fn connect_tls(
+        &self,
+        alpn: &[&[u8]],
+    ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+        let ca = self.ca_pem();
+        super::tls::connect(
+            self.webhook,
+            client_config_with(roots([ca.as_slice()]), None, None, alpn),
+        )
+        .await
+        .expect("TLS handshake")
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -246,8 +264,6 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
-
-use rustls_pki_types::pem::PemObject as _;
 
 /// Wraps an `AdmissionRequest` (the `.request` member) in an AdmissionReview.
 pub fn review_of(request: Value) -> Value {

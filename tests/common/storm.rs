@@ -6,6 +6,8 @@
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
+use super::api_stub::ApiStub;
+
 /// The storm's ReplicaSet (namespace [`NS`]).
 pub const RS: &str = "pinniped-concierge-kube-cert-agent-5d8c9f7b46";
 pub const NS: &str = "pinniped-concierge";
@@ -18,6 +20,35 @@ pub fn fixture(name: &str) -> Value {
     let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Seeds `stub` with every workload kind the audit lists: the storm's Deployment and
+/// ReplicaSet (the Deployment's template pins `spec.nodeName`), no objects of the other
+/// template kinds, and `pods`.
+pub fn seed_workloads(stub: &ApiStub, pods: Vec<Value>) {
+    stub.set_objects(
+        "deployments",
+        vec![fixture(
+            "cluster/deployment-pinniped-kube-cert-agent-nodename-stalled.json",
+        )],
+    );
+    stub.set_objects(
+        "replicasets",
+        vec![fixture(
+            "cluster/replicaset-pinniped-kube-cert-agent-nodename.json",
+        )],
+    );
+    for resource in [
+        "podtemplates",
+        "replicationcontrollers",
+        "statefulsets",
+        "daemonsets",
+        "jobs",
+        "cronjobs",
+    ] {
+        stub.set_objects(resource, vec![]);
+    }
+    stub.set_objects("pods", pods);
 }
 
 /// The rejected pod, as the API server lists it.

@@ -2,13 +2,10 @@
 //! reads it (ruamel.yaml), compared exactly with the value it was meant to hold
 //! (`yaml_readers.py` beside this file).
 
-use std::path::Path;
-use std::process::Command;
-
 use serde::Serialize;
 use serde_json::Value;
 
-use super::python::{INSTALL_HINT, venv_python};
+use super::python::{INSTALL_HINT, run_script};
 
 /// How many readers read each case.
 pub const READERS: usize = 3;
@@ -24,31 +21,18 @@ pub struct ReaderCase {
 /// Reads every case with every reader; returns one line per case and reader that did not
 /// read back exactly `expected` (an error, another type, another value, another key order).
 pub fn reader_disagreements(cases: &[ReaderCase]) -> Vec<String> {
-    let python = venv_python(&["yaml", "ruamel.yaml"]);
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let input = dir.path().join("cases.json");
-    std::fs::write(&input, serde_json::to_vec(cases).expect("cases as JSON")).expect("write cases");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/yaml_readers.py");
-    let output = Command::new(&python)
-        .arg(&script)
-        .arg(&input)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}; {INSTALL_HINT}", python.display()));
+    let output = run_script(&["yaml", "ruamel.yaml"], "yaml_readers.py", &cases, &[]);
+    let script = "tests/common/yaml_readers.py";
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
         "{} failed ({}): {stdout}\n{}\n{INSTALL_HINT}",
-        script.display(),
+        script,
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!(
-            "{} printed no JSON report ({e}): {stdout}",
-            script.display()
-        )
-    });
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{} printed no JSON report ({e}): {stdout}", script));
     assert_eq!(
         report["checked"].as_u64(),
         Some((cases.len() * READERS) as u64),

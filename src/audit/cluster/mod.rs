@@ -1,7 +1,7 @@
 //! `audit --cluster`: the same engine over the workloads of a live cluster, listed page by
 //! page ([`lister`]), plus what only a cluster shows ([`symptoms`]). The connection and its
 //! errors are in [`client`]; the findings as PolicyReports or OpenReports are
-//! [`crate::audit::reports`]'s.
+//! [`crate::audit::policy_reports`]'s.
 
 pub mod client;
 pub(crate) mod lister;
@@ -80,7 +80,23 @@ pub async fn audit_cluster(
         progress: options.progress,
         needs: AUDIT_NEEDS,
     };
+    let audit = ClusterAudit {
+        client: &client,
+        lister: &lister,
+        engine,
+        cluster: lookups(&client, &lister).await?,
+    };
+    let owners = audit.review_templates(report).await?;
+    let symptoms = audit.review_pods(report).await?;
+    for symptom in symptoms.into_symptoms(&owners) {
+        report.add_symptom(symptom);
+    }
+    Ok(())
+}
 
+/// What the rules may ask of the cluster: every Node's taints and the LimitRanges (of the
+/// namespace, or all).
+async fn lookups(client: &Client, lister: &Lister<'_>) -> Result<StaticCluster, ClusterAuditError> {
     let mut cluster = StaticCluster::empty();
     lister
         .list(Api::<Node>::all(client.clone()), "nodes", |node: Node| {
@@ -104,50 +120,69 @@ pub async fn audit_cluster(
                 .extend(items);
         })
         .await?;
+    Ok(cluster)
+}
 
-    let mut owners: HashMap<OwnerKey, OwnerInfo> = HashMap::new();
-    for resource in TEMPLATE_KINDS.iter().map(|make| make()) {
-        let api = lister.dynamic_api(&client, &resource);
-        let plural = resource.plural.clone();
-        lister
-            .list(api, &plural, |object: DynamicObject| {
-                let object = to_json(object, &resource);
-                let (key, info) = owner_info(&object, &resource);
-                owners.insert(key, info);
-                report.add_object(engine, &cluster, &object, cluster_source());
+/// One cluster audit's client, lister, engine and look-ups.
+struct ClusterAudit<'a> {
+    client: &'a Client,
+    lister: &'a Lister<'a>,
+    engine: &'a Engine,
+    cluster: StaticCluster,
+}
+
+impl ClusterAudit<'_> {
+    /// Reviews every object of [`TEMPLATE_KINDS`]; returns what failed pods' symptoms need
+    /// to know of their owners.
+    async fn review_templates(
+        &self,
+        report: &mut Report,
+    ) -> Result<HashMap<OwnerKey, OwnerInfo>, ClusterAuditError> {
+        let mut owners: HashMap<OwnerKey, OwnerInfo> = HashMap::new();
+        for resource in TEMPLATE_KINDS.iter().map(|make| make()) {
+            let api = self.lister.dynamic_api(self.client, &resource);
+            let plural = resource.plural.clone();
+            self.lister
+                .list(api, &plural, |object: DynamicObject| {
+                    let object = to_json(object, &resource);
+                    let (key, info) = owner_info(&object, &resource);
+                    owners.insert(key, info);
+                    report.add_object(self.engine, &self.cluster, &object, cluster_source());
+                })
+                .await?;
+        }
+        Ok(owners)
+    }
+
+    /// Reviews every pod not in a terminal phase, without `spec.nodeName`, and collects
+    /// the symptoms of all of them.
+    async fn review_pods(&self, report: &mut Report) -> Result<PodSymptoms, ClusterAuditError> {
+        let pods = ApiResource::erase::<Pod>(&());
+        let api = self.lister.dynamic_api(self.client, &pods);
+        let mut symptoms = PodSymptoms::default();
+        self.lister
+            .list(api, "pods", |object: DynamicObject| {
+                let mut pod = to_json(object, &pods);
+                let phase = pod
+                    .pointer("/status/phase")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                match phase {
+                    "Failed" => symptoms.failed(&pod),
+                    "Succeeded" => {}
+                    _ => {
+                        symptoms.pending_with_running_containers(&pod);
+                        symptoms.host_docker_socket(&pod);
+                        if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
+                            spec.remove("nodeName");
+                        }
+                        report.add_object(self.engine, &self.cluster, &pod, cluster_source());
+                    }
+                }
             })
             .await?;
+        Ok(symptoms)
     }
-
-    let pods = ApiResource::erase::<Pod>(&());
-    let api = lister.dynamic_api(&client, &pods);
-    let mut symptoms = PodSymptoms::default();
-    lister
-        .list(api, "pods", |object: DynamicObject| {
-            let mut pod = to_json(object, &pods);
-            let phase = pod
-                .pointer("/status/phase")
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            match phase {
-                "Failed" => symptoms.failed(&pod),
-                "Succeeded" => {}
-                _ => {
-                    symptoms.pending_with_running_containers(&pod);
-                    symptoms.host_docker_socket(&pod);
-                    if let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) {
-                        spec.remove("nodeName");
-                    }
-                    report.add_object(engine, &cluster, &pod, cluster_source());
-                }
-            }
-        })
-        .await?;
-
-    for symptom in symptoms.into_symptoms(&owners) {
-        report.add_symptom(symptom);
-    }
-    Ok(())
 }
 
 fn cluster_source() -> Source {

@@ -142,7 +142,7 @@ impl ReportFormat {
 
 /// What can stop `--policy-report --apply`, each with what to do about it.
 #[derive(Debug, thiserror::Error)]
-pub enum ReportError {
+pub enum PolicyReportError {
     #[error(
         "the {kind} CRD ({api_version}) is not installed in the cluster (404); {install}, or print the reports without --apply"
     )]
@@ -191,33 +191,30 @@ pub fn policy_reports(report: &Report) -> Vec<Value> {
 /// (enforce, deny) or `warn`; symptoms are `warn`. Every object carries the labels
 /// `app.kubernetes.io/managed-by: podmend` and `podmend.io/report-set: podmend-audit`.
 pub fn reports(report: &Report, format: ReportFormat) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cluster_scoped = Vec::new();
+    for (namespace, results) in results_by_namespace(report, format) {
+        let objects = split(format, namespace, results);
+        if namespace.is_empty() {
+            cluster_scoped = objects;
+        } else {
+            out.extend(objects);
+        }
+    }
+    out.extend(cluster_scoped);
+    out
+}
+
+/// Every finding and symptom as a report result, by the namespace of its object (`""` for
+/// cluster-scoped ones).
+fn results_by_namespace(report: &Report, format: ReportFormat) -> BTreeMap<&str, Vec<Value>> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
-    let timestamp = json!({"seconds": now.as_secs(), "nanos": now.subsec_nanos()});
-    let result = |rule: &str, outcome: &str, message: &str, object: &ObjectRef| {
-        let mut resource = Map::new();
-        resource.insert("apiVersion".into(), object.api_version.clone().into());
-        resource.insert("kind".into(), object.kind.clone().into());
-        resource.insert("name".into(), object.name.clone().into());
-        if !object.namespace.is_empty() {
-            resource.insert("namespace".into(), object.namespace.clone().into());
-        }
-        let mut result = Map::new();
-        result.insert("policy".into(), MANAGER.into());
-        result.insert("rule".into(), rule.into());
-        result.insert("result".into(), outcome.into());
-        result.insert("message".into(), bounded(message).into());
-        if format == ReportFormat::PolicyReport {
-            // OpenReports names the source once, on the report.
-            result.insert("source".into(), MANAGER.into());
-        }
-        result.insert("scored".into(), true.into());
-        result.insert("timestamp".into(), timestamp.clone());
-        result.insert("resources".into(), json!([resource]));
-        Value::Object(result)
+    let result = ResultTemplate {
+        format,
+        timestamp: json!({"seconds": now.as_secs(), "nanos": now.subsec_nanos()}),
     };
-    // Namespace ("" for cluster-scoped) → results.
     let mut by_namespace: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     for finding in &report.findings {
         let outcome = match finding.mode {
@@ -233,7 +230,7 @@ pub fn reports(report: &Report, format: ReportFormat) -> Vec<Value> {
         by_namespace
             .entry(&finding.object.namespace)
             .or_default()
-            .push(result(&finding.rule, outcome, &message, &finding.object));
+            .push(result.build(&finding.rule, outcome, &message, &finding.object));
     }
     for symptom in &report.symptoms {
         let rule = serde_json::to_value(symptom.kind)
@@ -243,20 +240,42 @@ pub fn reports(report: &Report, format: ReportFormat) -> Vec<Value> {
         by_namespace
             .entry(&symptom.object.namespace)
             .or_default()
-            .push(result(&rule, "warn", &symptom.message, &symptom.object));
+            .push(result.build(&rule, "warn", &symptom.message, &symptom.object));
     }
-    let mut out = Vec::new();
-    let mut cluster_scoped = Vec::new();
-    for (namespace, results) in by_namespace {
-        let objects = split(format, namespace, results);
-        if namespace.is_empty() {
-            cluster_scoped = objects;
-        } else {
-            out.extend(objects);
+    by_namespace
+}
+
+/// What every result of one run shares: the format and the run's timestamp.
+struct ResultTemplate {
+    format: ReportFormat,
+    timestamp: Value,
+}
+
+impl ResultTemplate {
+    /// One result: `rule`'s `outcome` on `object`, with `message` cut to
+    /// [`MAX_MESSAGE_BYTES`].
+    fn build(&self, rule: &str, outcome: &str, message: &str, object: &ObjectRef) -> Value {
+        let mut resource = Map::new();
+        resource.insert("apiVersion".into(), object.api_version.clone().into());
+        resource.insert("kind".into(), object.kind.clone().into());
+        resource.insert("name".into(), object.name.clone().into());
+        if !object.namespace.is_empty() {
+            resource.insert("namespace".into(), object.namespace.clone().into());
         }
+        let mut result = Map::new();
+        result.insert("policy".into(), MANAGER.into());
+        result.insert("rule".into(), rule.into());
+        result.insert("result".into(), outcome.into());
+        result.insert("message".into(), bounded(message).into());
+        if self.format == ReportFormat::PolicyReport {
+            // OpenReports names the source once, on the report.
+            result.insert("source".into(), MANAGER.into());
+        }
+        result.insert("scored".into(), true.into());
+        result.insert("timestamp".into(), self.timestamp.clone());
+        result.insert("resources".into(), json!([resource]));
+        Value::Object(result)
     }
-    out.extend(cluster_scoped);
-    out
 }
 
 /// `message`, cut to [`MAX_MESSAGE_BYTES`].
@@ -383,26 +402,14 @@ pub async fn apply_reports(
     format: ReportFormat,
     reports: &[Value],
     scope: &ApplyScope<'_>,
-) -> Result<Applied, ReportError> {
+) -> Result<Applied, PolicyReportError> {
     let params = PatchParams::apply(MANAGER).force();
     let mut done = Applied::default();
-    // kind → the (namespace, name) applied.
-    let mut kept: BTreeMap<&'static str, BTreeSet<(String, String)>> = BTreeMap::new();
+    let mut kept = Kept::new();
     for report in reports {
-        let kind_name = text(report, "/kind");
+        let kind = report_kind(format, report).ok_or_else(|| not_a_report(format, report))?;
         let name = text(report, "/metadata/name");
         let namespace = text(report, "/metadata/namespace");
-        let kind = format
-            .kind_of(kind_name)
-            .filter(|k| k.namespaced != namespace.is_empty())
-            .filter(|k| text(report, "/apiVersion") == k.api_version() && !name.is_empty())
-            .ok_or_else(|| ReportError::NotAReport {
-                format,
-                detail: format!(
-                    "{kind_name:?} {name:?} in namespace {namespace:?} of apiVersion {:?}",
-                    text(report, "/apiVersion")
-                ),
-            })?;
         let api = api_for(&client, &kind, namespace);
         let shown = shown(namespace, name);
         match api.patch(name, &params, &Patch::Apply(report)).await {
@@ -418,6 +425,57 @@ pub async fn apply_reports(
     if kept.contains_key(format.cluster().kind) {
         kinds.push(format.cluster());
     }
+    for kind in kinds {
+        let empty = BTreeSet::new();
+        let applied = kept.get(kind.kind).unwrap_or(&empty);
+        for (namespace, name, uid) in list_stale(&client, format, &kind, applied, scope).await? {
+            let shown = shown(&namespace, &name);
+            if delete_stale(&client, format, &kind, (&namespace, &name), uid, &shown).await? {
+                done.deleted.push(shown);
+            }
+        }
+    }
+    Ok(done)
+}
+
+/// Kind → the (namespace, name) of each report object applied.
+type Kept = BTreeMap<&'static str, BTreeSet<(String, String)>>;
+
+/// The kind of a report object `format` writes, checked: one of its two kinds, scoped as
+/// that kind is, of its apiVersion, with a name.
+fn report_kind(format: ReportFormat, report: &Value) -> Option<ReportKind> {
+    let namespace = text(report, "/metadata/namespace");
+    format
+        .kind_of(text(report, "/kind"))
+        .filter(|k| k.namespaced != namespace.is_empty())
+        .filter(|k| {
+            text(report, "/apiVersion") == k.api_version()
+                && !text(report, "/metadata/name").is_empty()
+        })
+}
+
+fn not_a_report(format: ReportFormat, report: &Value) -> PolicyReportError {
+    PolicyReportError::NotAReport {
+        format,
+        detail: format!(
+            "{:?} {:?} in namespace {:?} of apiVersion {:?}",
+            text(report, "/kind"),
+            text(report, "/metadata/name"),
+            text(report, "/metadata/namespace"),
+            text(report, "/apiVersion")
+        ),
+    }
+}
+
+/// The reports of `kind` in `scope` with both of podmend's labels that are not among
+/// `applied`: (namespace, name, UID).
+async fn list_stale(
+    client: &Client,
+    format: ReportFormat,
+    kind: &ReportKind,
+    applied: &BTreeSet<(String, String)>,
+    scope: &ApplyScope<'_>,
+) -> Result<Vec<(String, String, Option<String>)>, PolicyReportError> {
     let lister = Lister {
         page_size: scope.page_size.max(1),
         namespace: scope.namespace,
@@ -425,60 +483,61 @@ pub async fn apply_reports(
         needs: "podmend needs list on the report kind to find its stale reports (the chart's reports CronJob has it)",
     };
     let selector = format!("{MANAGED_BY_LABEL}={MANAGER},{REPORT_SET_LABEL}={REPORT_SET}");
-    for kind in kinds {
-        let resource = kind.api_resource();
-        let api: Api<DynamicObject> = match (kind.namespaced, scope.namespace) {
-            (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
-            _ => Api::all_with(client.clone(), &resource),
-        };
-        let empty = BTreeSet::new();
-        let applied = kept.get(kind.kind).unwrap_or(&empty);
-        let mut stale = Vec::new();
-        let listed = lister
-            .list_with(
-                api,
-                kind.plural,
-                ListParams::default().labels(&selector),
-                |object: DynamicObject| {
-                    let labels = object.metadata.labels.clone().unwrap_or_default();
-                    let ours = labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
-                        && labels.get(REPORT_SET_LABEL).map(String::as_str) == Some(REPORT_SET);
-                    let key = (
-                        object.metadata.namespace.clone().unwrap_or_default(),
-                        object.metadata.name.clone().unwrap_or_default(),
-                    );
-                    if ours && !applied.contains(&key) {
-                        stale.push((key, object.metadata.uid.clone()));
-                    }
-                },
-            )
-            .await;
-        match listed {
-            Ok(_) => {}
-            Err(ClusterAuditError::List { code: 404, .. }) => {
-                return Err(crd_missing(format, &kind));
-            }
-            Err(error) => return Err(error.into()),
-        }
-        for ((namespace, name), uid) in stale {
-            let api = api_for(&client, &kind, &namespace);
-            let params = DeleteParams {
-                preconditions: uid.map(|uid| Preconditions {
-                    uid: Some(uid),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
-            let shown = shown(&namespace, &name);
-            match api.delete(&name, &params).await {
-                Ok(_) => done.deleted.push(shown),
-                // Gone already, or replaced by a newer object of the same name: not stale.
-                Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-                Err(error) => return Err(request_error(format, &kind, "delete", &shown, error)),
-            }
-        }
+    let resource = kind.api_resource();
+    let api: Api<DynamicObject> = match (kind.namespaced, scope.namespace) {
+        (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &resource),
+        _ => Api::all_with(client.clone(), &resource),
+    };
+    let mut stale = Vec::new();
+    let listed = lister
+        .list_with(
+            api,
+            kind.plural,
+            ListParams::default().labels(&selector),
+            |object: DynamicObject| {
+                let labels = object.metadata.labels.clone().unwrap_or_default();
+                let ours = labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER)
+                    && labels.get(REPORT_SET_LABEL).map(String::as_str) == Some(REPORT_SET);
+                let key = (
+                    object.metadata.namespace.clone().unwrap_or_default(),
+                    object.metadata.name.clone().unwrap_or_default(),
+                );
+                if ours && !applied.contains(&key) {
+                    stale.push((key.0, key.1, object.metadata.uid.clone()));
+                }
+            },
+        )
+        .await;
+    match listed {
+        Ok(_) => Ok(stale),
+        Err(ClusterAuditError::List { code: 404, .. }) => Err(crd_missing(format, kind)),
+        Err(error) => Err(error.into()),
     }
-    Ok(done)
+}
+
+/// Deletes one stale report, with a precondition on its UID; false when it was gone
+/// already or replaced by a newer object of the same name (then it is not stale).
+async fn delete_stale(
+    client: &Client,
+    format: ReportFormat,
+    kind: &ReportKind,
+    (namespace, name): (&str, &str),
+    uid: Option<String>,
+    shown: &str,
+) -> Result<bool, PolicyReportError> {
+    let api = api_for(client, kind, namespace);
+    let params = DeleteParams {
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
+        Err(error) => Err(request_error(format, kind, "delete", shown, error)),
+    }
 }
 
 fn api_for(client: &Client, kind: &ReportKind, namespace: &str) -> Api<DynamicObject> {
@@ -498,8 +557,8 @@ fn shown(namespace: &str, name: &str) -> String {
     }
 }
 
-fn crd_missing(format: ReportFormat, kind: &ReportKind) -> ReportError {
-    ReportError::CrdMissing {
+fn crd_missing(format: ReportFormat, kind: &ReportKind) -> PolicyReportError {
+    PolicyReportError::CrdMissing {
         kind: kind.kind.to_string(),
         api_version: kind.api_version(),
         install: format.crd_source(),
@@ -512,7 +571,7 @@ fn request_error(
     verb: &'static str,
     name: &str,
     error: kube::Error,
-) -> ReportError {
+) -> PolicyReportError {
     match error {
         // A missing namespace is a 404 too, naming the namespace in its details.
         kube::Error::Api(status)
@@ -529,7 +588,7 @@ fn request_error(
             message: status.message,
         }
         .into(),
-        kube::Error::Api(status) if status.code == 403 => ReportError::Forbidden {
+        kube::Error::Api(status) if status.code == 403 => PolicyReportError::Forbidden {
             verb,
             kind: kind.kind.to_string(),
             name: name.to_string(),
@@ -537,7 +596,7 @@ fn request_error(
             group: kind.group.to_string(),
             message: status.message,
         },
-        kube::Error::Api(status) => ReportError::Request {
+        kube::Error::Api(status) => PolicyReportError::Request {
             verb,
             kind: kind.kind.to_string(),
             name: name.to_string(),
