@@ -116,7 +116,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
                 Some(GuardSubcommand::Reap(reap)) => {
                     let mut stdout = std::io::stdout().lock();
                     let report = runtime.block_on(guard::reap_command(
-                        &reap,
+                        &reap.options()?,
                         &mut stdout,
                         shutdown_signal(),
                     ))?;

@@ -15,8 +15,8 @@ use axum::http::{StatusCode, header};
 use axum::routing::get;
 
 use super::docker::DockerClient;
-use super::policy::Decision;
-use super::upstream::Upstream;
+use super::policy::CreateDecision;
+use super::upstream::DaemonUpstream;
 
 /// Why a container was removed; the `reason` label of `podmend_guard_containers_removed_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,7 +73,7 @@ impl std::fmt::Display for Reason {
 /// Every metric the guard exports.
 #[derive(Debug, Default)]
 pub struct GuardMetrics {
-    creates: [AtomicU64; Decision::ALL.len()],
+    creates: [AtomicU64; CreateDecision::ALL.len()],
     /// Swarm requests: refused, and passed on under `audit`.
     swarm_refused: AtomicU64,
     swarm_audited: AtomicU64,
@@ -90,16 +90,16 @@ impl GuardMetrics {
     }
 
     /// One container create, by what became of it.
-    pub fn create(&self, decision: Decision) {
-        let index = Decision::ALL
+    pub fn create(&self, decision: CreateDecision) {
+        let index = CreateDecision::ALL
             .iter()
             .position(|d| *d == decision)
             .unwrap_or_default();
         self.creates[index].fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn creates(&self, decision: Decision) -> u64 {
-        Decision::ALL
+    pub fn creates(&self, decision: CreateDecision) -> u64 {
+        CreateDecision::ALL
             .iter()
             .position(|d| *d == decision)
             .map_or(0, |i| self.creates[i].load(Ordering::Relaxed))
@@ -167,7 +167,7 @@ impl GuardMetrics {
             "# HELP podmend_guard_creates_total Container creates seen by the guard, by decision.\n\
              # TYPE podmend_guard_creates_total counter\n",
         );
-        for (decision, count) in Decision::ALL.iter().zip(&self.creates) {
+        for (decision, count) in CreateDecision::ALL.iter().zip(&self.creates) {
             let _ = writeln!(
                 out,
                 "podmend_guard_creates_total{{decision=\"{decision}\"}} {}",
@@ -225,7 +225,7 @@ pub struct Probes {
     /// Set once every listener is bound and the TLS tree written: `/healthz` says 200.
     pub started: Arc<AtomicBool>,
     /// The daemon `/readyz` pings.
-    pub upstream: Upstream,
+    pub upstream: DaemonUpstream,
 }
 
 /// How long `/readyz` waits for the daemon's `/_ping`.
@@ -306,9 +306,9 @@ mod tests {
     #[test]
     fn every_decision_is_rendered_with_its_count() {
         let metrics = GuardMetrics::new();
-        metrics.create(Decision::Rm);
-        metrics.create(Decision::Rm);
-        metrics.create(Decision::RestartPolicy);
+        metrics.create(CreateDecision::Rm);
+        metrics.create(CreateDecision::Rm);
+        metrics.create(CreateDecision::RestartPolicy);
         metrics.reaped(3);
         metrics.upstream_error();
         metrics.swarm_request(true);
@@ -343,7 +343,7 @@ mod tests {
             text.contains("podmend_guard_swarm_requests_total{decision=\"audit\"} 1\n"),
             "{text}"
         );
-        assert_eq!(metrics.creates(Decision::Rm), 2);
+        assert_eq!(metrics.creates(CreateDecision::Rm), 2);
         assert_eq!(metrics.swarm_requests(true), 2);
     }
 
@@ -356,7 +356,7 @@ mod tests {
         metrics.container_removed(Reason::OwnerGone);
         metrics.image_removed(Reason::PodEnd);
         metrics.network_removed();
-        metrics.create(Decision::Collect);
+        metrics.create(CreateDecision::Collect);
         let text = metrics.render();
         for line in [
             "podmend_guard_containers_removed_total{reason=\"min-age\"} 1\n",

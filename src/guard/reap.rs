@@ -202,6 +202,19 @@ pub struct ImageBudget {
     pub min_age: Duration,
 }
 
+impl ImageBudget {
+    /// A budget from `high` down to `low` bytes, for images older than `min_age`; `low` must
+    /// not be above `high`.
+    pub fn new(high: u64, low: u64, min_age: Duration) -> Result<Self, super::GuardError> {
+        if low > high {
+            return Err(super::GuardError::Usage(format!(
+                "--images-low ({low} bytes) must not be above --images-high ({high} bytes)"
+            )));
+        }
+        Ok(Self { high, low, min_age })
+    }
+}
+
 /// What `guard reap` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReapReport {
