@@ -435,25 +435,14 @@ async fn forward(
         Some(connection) => connection,
         None => daemon.insert(open_daemon(client_out, shared).await?),
     };
-    let mut bytes = outgoing.request.encode();
-    if let Some(body) = outgoing.body {
-        bytes.extend_from_slice(&body);
-    }
-    let sent = async {
-        connection.output.write_all(&bytes).await?;
-        connection.output.flush().await
-    };
-    if let Err(source) = sent.await {
-        shared.metrics.upstream_error();
-        let error = ProxyError::Daemon(source);
-        let message = format!(
-            "podmend guard: cannot reach the Docker daemon at {}: {error}",
-            shared.upstream.address()
-        );
-        reply(client_out, 502, &message, true).await?;
-        return Err(error);
-    }
-
+    send(
+        client_out,
+        connection,
+        shared,
+        outgoing.request,
+        outgoing.body,
+    )
+    .await?;
     let mut status = 0;
     let method = &outgoing.request.method;
     let next = exchange(
@@ -472,23 +461,64 @@ async fn forward(
     }
     match next {
         Ok(next) => Ok(next),
-        Err((error, answered)) => {
-            if matches!(
-                error,
-                ProxyError::Daemon(_) | ProxyError::NoResponse | ProxyError::Response(_)
-            ) {
-                shared.metrics.upstream_error();
-                if !answered {
-                    let message = format!(
-                        "podmend guard: the Docker daemon at {} failed: {error}",
-                        shared.upstream.address()
-                    );
-                    reply(client_out, 502, &message, true).await?;
-                }
+        Err((error, answered)) => Err(exchange_failed(client_out, shared, error, answered).await),
+    }
+}
+
+/// Writes the request head (and a body from memory) to the daemon; when that fails, the
+/// client is answered `502`.
+async fn send(
+    client_out: &mut ClientOut,
+    connection: &mut Daemon,
+    shared: &Shared,
+    request: &RequestHead,
+    body: Option<Vec<u8>>,
+) -> Result<(), ProxyError> {
+    let mut bytes = request.encode();
+    if let Some(body) = body {
+        bytes.extend_from_slice(&body);
+    }
+    let sent = async {
+        connection.output.write_all(&bytes).await?;
+        connection.output.flush().await
+    };
+    let Err(source) = sent.await else {
+        return Ok(());
+    };
+    shared.metrics.upstream_error();
+    let error = ProxyError::Daemon(source);
+    let message = format!(
+        "podmend guard: cannot reach the Docker daemon at {}: {error}",
+        shared.upstream.address()
+    );
+    reply(client_out, 502, &message, true).await?;
+    Err(error)
+}
+
+/// The error an exchange ended with; a daemon failure is counted, and answered `502` unless
+/// the client already has (part of) an answer.
+async fn exchange_failed(
+    client_out: &mut ClientOut,
+    shared: &Shared,
+    error: ProxyError,
+    answered: bool,
+) -> ProxyError {
+    if matches!(
+        error,
+        ProxyError::Daemon(_) | ProxyError::NoResponse | ProxyError::Response(_)
+    ) {
+        shared.metrics.upstream_error();
+        if !answered {
+            let message = format!(
+                "podmend guard: the Docker daemon at {} failed: {error}",
+                shared.upstream.address()
+            );
+            if let Err(reply_error) = reply(client_out, 502, &message, true).await {
+                return reply_error;
             }
-            Err(error)
         }
     }
+    error
 }
 
 /// A new daemon connection; when it cannot be made, the client is answered `502`.
