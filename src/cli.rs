@@ -14,6 +14,7 @@ use crate::audit::report::OutputFormat;
 use crate::audit::{AuditInput, AuditOptions, FailOn, LiveCluster, PolicyReportOutput};
 use crate::dind::{Address, DEFAULT_MAX_EXITED, GuardCommand, Policy, parse_duration};
 use crate::guard::reap::parse_size;
+use crate::guard::{GuardError, ImageBudget, ReapMode, ReapOptions};
 use crate::server::ServeOptions;
 use crate::server::selftls::{SelfTlsError, SelfTlsSettings};
 use crate::storms::{CleanOptions, CleanStormsOptions};
@@ -455,6 +456,38 @@ pub struct GuardReapArgs {
     /// Print what would be removed and remove nothing.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+impl GuardReapArgs {
+    /// The options [`guard::reap_command`](crate::guard::reap_command) runs with.
+    pub fn options(&self) -> Result<ReapOptions, GuardError> {
+        let upstream = self
+            .upstream
+            .upstream
+            .clone()
+            .ok_or_else(|| GuardError::Usage("--upstream is required".to_string()))?;
+        let upstream_cert_dir = self.upstream.cert_dir().map_err(GuardError::Usage)?;
+        let mode = match self.older_than {
+            Some(age) => ReapMode::StoppedFor(age),
+            None => ReapMode::OwnerGone {
+                kubeconfig: self.kubeconfig.clone(),
+                node: self.node_name.clone(),
+            },
+        };
+        let image_budget = match (self.images_high, self.images_low) {
+            (Some(high), Some(low)) => Some(ImageBudget::new(high, low, self.image_min_age)?),
+            _ => None,
+        };
+        Ok(ReapOptions {
+            upstream,
+            upstream_cert_dir,
+            mode,
+            image_budget,
+            interval: self.interval,
+            metrics_listen: self.metrics_listen,
+            dry_run: self.dry_run,
+        })
+    }
 }
 
 /// `podmend clean-storms`: the Failed pods `audit --cluster` reports as a storm, deleted.

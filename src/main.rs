@@ -85,8 +85,11 @@ fn guard(args: GuardArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         Some(GuardSubcommand::Reap(reap)) => {
             let mut stdout = std::io::stdout().lock();
-            let report =
-                runtime.block_on(guard::reap_command(&reap, &mut stdout, shutdown_signal()))?;
+            let report = runtime.block_on(guard::reap_command(
+                &reap.options()?,
+                &mut stdout,
+                shutdown_signal(),
+            ))?;
             Ok(success_if(report.failed == 0))
         }
         None => {

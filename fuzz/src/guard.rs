@@ -1,6 +1,6 @@
 //! The `guard_http` target: a client's byte stream → the guard's request framing
 //! (`Reader::read_head`, `RequestHead::parse`, `body_length`, chunked bodies) → the create
-//! decision (`policy::is_container_create`, `policy::decide` and its body rewrite), as the
+//! decision (`policy::is_container_create`, `policy::verdict` and its body rewrite), as the
 //! proxy runs them, but without sockets.
 
 use std::future::Future;
@@ -10,8 +10,8 @@ use std::task::{Context, Poll, Waker};
 
 use podmend::guard::http::{Reader, RequestHead, ResponseHead};
 use podmend::guard::policy::{
-    self, COMPOSE_PROJECT_LABEL, Decision, MAX_CREATE_BODY, OWNER_LABEL, Outcome, Policy,
-    REAP_LABEL,
+    self, Action, COMPOSE_PROJECT_LABEL, CreateDecision, GuardRequest, GuardVerdict,
+    MAX_CREATE_BODY, OWNER_LABEL, Policy, REAP_LABEL, Refusal, RequestKind,
 };
 use serde_json::{Map, Value};
 use tokio::io::{AsyncRead, ReadBuf};
@@ -60,7 +60,7 @@ enum Event {
     Create {
         head: Vec<u8>,
         body: Vec<u8>,
-        outcomes: Vec<Outcome>,
+        verdicts: Vec<GuardVerdict>,
     },
     /// The connection ends with this error.
     Error(String),
@@ -109,25 +109,23 @@ fn relay(data: &[u8], step: usize) -> Vec<Event> {
                         break;
                     }
                 };
-                let outcomes = POLICIES
+                let verdicts = POLICIES
                     .iter()
                     .map(|&policy| {
-                        let outcome =
-                            policy::decide(policy, OWNER, &request.method, &request.target, &body);
-                        check_create(policy, &body, &outcome);
-                        outcome
+                        let verdict = judge(policy, &request.method, &request.target, &body);
+                        check_create(policy, &body, &verdict);
+                        verdict
                     })
                     .collect();
                 events.push(Event::Create {
                     head: encoded,
                     body,
-                    outcomes,
+                    verdicts,
                 });
             } else {
-                assert_eq!(
-                    policy::decide(Policy::Deny, OWNER, &request.method, &request.target, b"{}"),
-                    Outcome::PassThrough
-                );
+                let verdict = judge(Policy::Deny, &request.method, &request.target, b"{}");
+                assert_ne!(verdict.kind, RequestKind::ContainerCreate);
+                assert_eq!(verdict.create, None, "a create judged off the create path");
                 let mut body = Vec::new();
                 if let Err(error) = reader.copy_body(length, &mut body).await {
                     events.push(Event::Error(format!("body: {error}")));
@@ -257,20 +255,40 @@ fn spellings<'a>(object: &'a Map<String, Value>, field: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The guard's verdict on `method target` under `policy`, its body read.
+fn judge(policy: Policy, method: &str, target: &str, body: &[u8]) -> GuardVerdict {
+    let request = GuardRequest {
+        method,
+        target,
+        form_body: false,
+        body: Some(body),
+    };
+    policy::verdict(policy, OWNER, false, &request)
+}
+
 /// What the daemon gets for a container create under `policy`.
-fn check_create(policy: Policy, body: &[u8], outcome: &Outcome) {
-    let verdict = match outcome {
-        Outcome::PassThrough => panic!("a container create was passed through unjudged"),
-        Outcome::Network(_) => panic!("a container create was judged as a network create"),
-        Outcome::Invalid(message) => {
+fn check_create(policy: Policy, body: &[u8], judged: &GuardVerdict) {
+    assert_eq!(
+        judged.kind,
+        RequestKind::ContainerCreate,
+        "a container create judged as another kind"
+    );
+    let sent = match &judged.action {
+        Action::Refuse(Refusal::Unjudgeable(message)) => {
             assert!(!message.is_empty());
+            assert_eq!(judged.create, None);
             return;
         }
-        Outcome::Create(verdict) => verdict,
+        Action::Refuse(Refusal::NoRm) => None,
+        Action::RewriteBody(sent) => Some(sent),
+        other => panic!("a container create was not judged: {other:?}"),
     };
-    let Some(sent) = &verdict.body else {
+    let Some(verdict) = &judged.create else {
+        panic!("a judged container create without its verdict: {judged:?}");
+    };
+    let Some(sent) = sent else {
         assert_eq!(policy, Policy::Deny, "only deny refuses");
-        assert_eq!(verdict.decision, Decision::Deny);
+        assert_eq!(verdict.decision, CreateDecision::Deny);
         return;
     };
     let input: Value = serde_json::from_slice(body).expect("a judged body is JSON");
@@ -307,16 +325,19 @@ fn check_create(policy: Policy, body: &[u8], outcome: &Outcome) {
     let auto_remove = host.and_then(|h| h.get("AutoRemove")) == Some(&Value::Bool(true));
     let reaped = label(REAP_LABEL) == Some("true");
     match verdict.decision {
-        Decision::Rm => assert!(auto_remove, "decision rm without AutoRemove"),
-        Decision::Collect | Decision::Reap | Decision::RestartPolicy | Decision::Compose => {
+        CreateDecision::Rm => assert!(auto_remove, "decision rm without AutoRemove"),
+        CreateDecision::Collect
+        | CreateDecision::Reap
+        | CreateDecision::RestartPolicy
+        | CreateDecision::Compose => {
             assert!(
                 reaped,
                 "decision {} without the reap label",
                 verdict.decision
             )
         }
-        Decision::Audit => assert_eq!(policy, Policy::Audit),
-        Decision::Deny => panic!("a denied create was forwarded"),
+        CreateDecision::Audit => assert_eq!(policy, Policy::Audit),
+        CreateDecision::Deny => panic!("a denied create was forwarded"),
     }
     if matches!(policy, Policy::Rm | Policy::Deny) {
         assert!(
@@ -324,7 +345,7 @@ fn check_create(policy: Policy, body: &[u8], outcome: &Outcome) {
             "policy {policy}: a container that is neither --rm nor reaped"
         );
     }
-    if verdict.decision == Decision::Compose {
+    if verdict.decision == CreateDecision::Compose {
         assert!(labels.is_some_and(|l| l.contains_key(COMPOSE_PROJECT_LABEL)));
     }
     // Nothing else changes: every other field reaches the daemon as the client sent it.
@@ -356,13 +377,9 @@ fn check_create(policy: Policy, body: &[u8], outcome: &Outcome) {
         }
     }
     // Judging the forwarded body again changes nothing (the guard is its own fixed point).
-    match policy::decide(policy, OWNER, "POST", "/containers/create", sent) {
-        Outcome::Create(again) => {
-            assert_eq!(
-                again.body.as_ref(),
-                Some(sent),
-                "a second judgement rewrites the body"
-            );
+    match judge(policy, "POST", "/containers/create", sent).action {
+        Action::RewriteBody(again) => {
+            assert_eq!(&again, sent, "a second judgement rewrites the body");
         }
         other => panic!("the forwarded body is judged {other:?} the second time"),
     }

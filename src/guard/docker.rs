@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt as _;
 
 use super::http::{BodyLength, ChunkedDecoder, Reader, ResponseHead};
 use super::policy::query_escape;
-use super::upstream::{BoxStream, Upstream};
+use super::upstream::{BoxStream, DaemonUpstream};
 
 /// Largest daemon answer read (a container list of thousands is a few MiB).
 const MAX_ANSWER: usize = 64 << 20;
@@ -233,14 +233,14 @@ impl EventStream {
     }
 }
 
-/// Talks to the daemon behind an [`Upstream`].
+/// Talks to the daemon behind an [`DaemonUpstream`].
 #[derive(Debug, Clone)]
 pub struct DockerClient {
-    upstream: Upstream,
+    upstream: DaemonUpstream,
 }
 
 impl DockerClient {
-    pub fn new(upstream: Upstream) -> Self {
+    pub fn new(upstream: DaemonUpstream) -> Self {
         Self { upstream }
     }
 

@@ -1,7 +1,8 @@
 //! HTTP/1.1 message framing for the guard's relay: request and response heads, body lengths
 //! (Content-Length, chunked, until close) and a buffered reader. Requests are parsed strictly
 //! and re-encoded, so the guard never frames a request differently from the Docker daemon.
-//! It knows nothing about Docker or policies.
+//! It knows nothing about Docker or policies. Why this is written here rather than taken from
+//! hyper: see [`proxy`](super::proxy) (Docker's hijack, half-close, framing as dockerd's).
 
 use std::io;
 

@@ -1,22 +1,26 @@
-//! The guard's counters and its optional plain-HTTP port: `GET /metrics` (Prometheus text
-//! format), `/healthz` (the startupProbe: listeners bound, TLS tree written) and `/readyz`
-//! (the readinessProbe: the daemon answers `/_ping`). Separate from the webhook's registry:
+//! The guard's counters and its optional plain-HTTP port: `GET /metrics` (the OpenMetrics
+//! text format, through `prometheus-client` as the webhook's), `/healthz` (the startupProbe:
+//! listeners bound, TLS tree written) and `/readyz` (the readinessProbe: the daemon answers
+//! `/_ping`). Separate from the webhook's registry:
 //! the guard runs as its own process per pod (and `guard reap --interval` per node).
 
-use std::fmt::Write as _;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
 
 use super::docker::DockerClient;
-use super::policy::Decision;
-use super::upstream::Upstream;
+use super::policy::CreateDecision;
+use super::upstream::DaemonUpstream;
 
 /// Why a container was removed; the `reason` label of `podmend_guard_containers_removed_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -56,11 +60,10 @@ impl Reason {
         }
     }
 
-    fn index(self) -> usize {
-        Reason::ALL
-            .iter()
-            .position(|r| *r == self)
-            .unwrap_or_default()
+    fn label(self) -> ReasonLabel {
+        ReasonLabel {
+            reason: self.as_str(),
+        }
     }
 }
 
@@ -70,153 +73,192 @@ impl std::fmt::Display for Reason {
     }
 }
 
-/// Every metric the guard exports.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DecisionLabel {
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+/// The `decision` label of a swarm request: refused, or passed on under `audit`.
+fn swarm_decision(refused: bool) -> DecisionLabel {
+    let decision = if refused { "deny" } else { "audit" };
+    DecisionLabel { decision }
+}
+
+/// Every metric the guard exports, through `prometheus-client`. Every series is there from
+/// the start, at 0.
+#[derive(Debug)]
 pub struct GuardMetrics {
-    creates: [AtomicU64; Decision::ALL.len()],
-    /// Swarm requests: refused, and passed on under `audit`.
-    swarm_refused: AtomicU64,
-    swarm_audited: AtomicU64,
-    reaped: AtomicU64,
-    upstream_errors: AtomicU64,
-    containers_removed: [AtomicU64; Reason::ALL.len()],
-    images_removed: [AtomicU64; Reason::ALL.len()],
-    networks_removed: AtomicU64,
+    registry: Registry,
+    creates: Family<DecisionLabel, Counter>,
+    swarm_requests: Family<DecisionLabel, Counter>,
+    reaped: Counter,
+    upstream_errors: Counter,
+    containers_removed: Family<ReasonLabel, Counter>,
+    images_removed: Family<ReasonLabel, Counter>,
+    networks_removed: Counter,
+}
+
+impl Default for GuardMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl GuardMetrics {
     pub fn new() -> Self {
-        Self::default()
+        let mut metrics = Self {
+            registry: Registry::default(),
+            creates: Family::default(),
+            swarm_requests: Family::default(),
+            reaped: Counter::default(),
+            upstream_errors: Counter::default(),
+            containers_removed: Family::default(),
+            images_removed: Family::default(),
+            networks_removed: Counter::default(),
+        };
+        metrics.register();
+        for decision in CreateDecision::ALL {
+            let _ = metrics.creates.get_or_create(&DecisionLabel {
+                decision: decision.as_str(),
+            });
+        }
+        for refused in [true, false] {
+            let _ = metrics
+                .swarm_requests
+                .get_or_create(&swarm_decision(refused));
+        }
+        // Only `guard reap --images-high` removes by budget, and only images.
+        for reason in Reason::ALL.into_iter().filter(|r| *r != Reason::Budget) {
+            let _ = metrics.containers_removed.get_or_create(&reason.label());
+        }
+        for reason in [Reason::PodEnd, Reason::Budget] {
+            let _ = metrics.images_removed.get_or_create(&reason.label());
+        }
+        metrics
+    }
+
+    /// Registers every metric, in the order `/metrics` lists them. The client library adds
+    /// the closing `.` of each help text and the `_total` of each counter's samples.
+    fn register(&mut self) {
+        let registry = &mut self.registry;
+        registry.register(
+            "podmend_guard_creates",
+            "Container creates seen by the guard, by decision",
+            self.creates.clone(),
+        );
+        registry.register(
+            "podmend_guard_swarm_requests",
+            "Swarm init/join and service create/update requests, by decision (deny: refused, audit: passed on)",
+            self.swarm_requests.clone(),
+        );
+        registry.register(
+            "podmend_guard_containers_reaped",
+            "Containers the guard removed at shutdown",
+            self.reaped.clone(),
+        );
+        registry.register(
+            "podmend_guard_upstream_errors",
+            "Connections to the Docker daemon that failed",
+            self.upstream_errors.clone(),
+        );
+        registry.register(
+            "podmend_guard_containers_removed",
+            "Containers removed, by reason (min-age, max-exited: collected after they exited; pod-end: at SIGTERM; owner-gone, older-than: by guard reap)",
+            self.containers_removed.clone(),
+        );
+        registry.register(
+            "podmend_guard_images_removed",
+            "Image references removed (the image goes with its last one), by reason (pod-end: built, committed or tagged by the pod; budget: by guard reap's image budget)",
+            self.images_removed.clone(),
+        );
+        registry.register(
+            "podmend_guard_networks_removed",
+            "Networks the pod created, removed when it ended",
+            self.networks_removed.clone(),
+        );
     }
 
     /// One container create, by what became of it.
-    pub fn create(&self, decision: Decision) {
-        let index = Decision::ALL
-            .iter()
-            .position(|d| *d == decision)
-            .unwrap_or_default();
-        self.creates[index].fetch_add(1, Ordering::Relaxed);
+    pub fn create(&self, decision: CreateDecision) {
+        let decision = decision.as_str();
+        self.creates
+            .get_or_create(&DecisionLabel { decision })
+            .inc();
     }
 
-    pub fn creates(&self, decision: Decision) -> u64 {
-        Decision::ALL
-            .iter()
-            .position(|d| *d == decision)
-            .map_or(0, |i| self.creates[i].load(Ordering::Relaxed))
+    pub fn creates(&self, decision: CreateDecision) -> u64 {
+        let decision = decision.as_str();
+        count(&self.creates, &DecisionLabel { decision })
     }
 
     /// One swarm request (`swarm init/join`, `service create/update`), refused or passed on.
     pub fn swarm_request(&self, refused: bool) {
-        let counter = if refused {
-            &self.swarm_refused
-        } else {
-            &self.swarm_audited
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.swarm_requests
+            .get_or_create(&swarm_decision(refused))
+            .inc();
     }
 
     pub fn swarm_requests(&self, refused: bool) -> u64 {
-        if refused {
-            self.swarm_refused.load(Ordering::Relaxed)
-        } else {
-            self.swarm_audited.load(Ordering::Relaxed)
-        }
+        count(&self.swarm_requests, &swarm_decision(refused))
     }
 
     /// Containers removed at shutdown.
     pub fn reaped(&self, count: u64) {
-        self.reaped.fetch_add(count, Ordering::Relaxed);
+        self.reaped.inc_by(count);
     }
 
     pub fn reaped_count(&self) -> u64 {
-        self.reaped.load(Ordering::Relaxed)
+        self.reaped.get()
     }
 
     /// One container removed, and why.
     pub fn container_removed(&self, reason: Reason) {
-        self.containers_removed[reason.index()].fetch_add(1, Ordering::Relaxed);
+        self.containers_removed.get_or_create(&reason.label()).inc();
     }
 
     pub fn containers_removed(&self, reason: Reason) -> u64 {
-        self.containers_removed[reason.index()].load(Ordering::Relaxed)
+        count(&self.containers_removed, &reason.label())
     }
 
     /// One image removed (or one of its tags, when it has others), and why.
     pub fn image_removed(&self, reason: Reason) {
-        self.images_removed[reason.index()].fetch_add(1, Ordering::Relaxed);
+        self.images_removed.get_or_create(&reason.label()).inc();
     }
 
     pub fn images_removed(&self, reason: Reason) -> u64 {
-        self.images_removed[reason.index()].load(Ordering::Relaxed)
+        count(&self.images_removed, &reason.label())
     }
 
     /// One network removed at the pod's end.
     pub fn network_removed(&self) {
-        self.networks_removed.fetch_add(1, Ordering::Relaxed);
+        self.networks_removed.inc();
     }
 
     /// A connection to the daemon that could not be made or broke.
     pub fn upstream_error(&self) {
-        self.upstream_errors.fetch_add(1, Ordering::Relaxed);
+        self.upstream_errors.inc();
     }
 
-    /// The Prometheus text exposition format.
+    /// The OpenMetrics text exposition ([`CONTENT_TYPE`](crate::metrics::CONTENT_TYPE)).
     pub fn render(&self) -> String {
         let mut out = String::new();
-        out.push_str(
-            "# HELP podmend_guard_creates_total Container creates seen by the guard, by decision.\n\
-             # TYPE podmend_guard_creates_total counter\n",
-        );
-        for (decision, count) in Decision::ALL.iter().zip(&self.creates) {
-            let _ = writeln!(
-                out,
-                "podmend_guard_creates_total{{decision=\"{decision}\"}} {}",
-                count.load(Ordering::Relaxed)
-            );
-        }
-        let _ = write!(
-            out,
-            "# HELP podmend_guard_swarm_requests_total Swarm init/join and service create/update requests, by decision (deny: refused, audit: passed on).\n\
-             # TYPE podmend_guard_swarm_requests_total counter\n\
-             podmend_guard_swarm_requests_total{{decision=\"deny\"}} {}\n\
-             podmend_guard_swarm_requests_total{{decision=\"audit\"}} {}\n\
-             # HELP podmend_guard_containers_reaped_total Containers the guard removed at shutdown.\n\
-             # TYPE podmend_guard_containers_reaped_total counter\n\
-             podmend_guard_containers_reaped_total {}\n\
-             # HELP podmend_guard_upstream_errors_total Connections to the Docker daemon that failed.\n\
-             # TYPE podmend_guard_upstream_errors_total counter\n\
-             podmend_guard_upstream_errors_total {}\n",
-            self.swarm_refused.load(Ordering::Relaxed),
-            self.swarm_audited.load(Ordering::Relaxed),
-            self.reaped.load(Ordering::Relaxed),
-            self.upstream_errors.load(Ordering::Relaxed),
-        );
-        out.push_str(
-            "# HELP podmend_guard_containers_removed_total Containers removed, by reason (min-age, max-exited: collected after they exited; pod-end: at SIGTERM; owner-gone, older-than: by guard reap).\n\
-             # TYPE podmend_guard_containers_removed_total counter\n",
-        );
-        for reason in Reason::ALL.into_iter().filter(|r| *r != Reason::Budget) {
-            let _ = writeln!(
-                out,
-                "podmend_guard_containers_removed_total{{reason=\"{reason}\"}} {}",
-                self.containers_removed(reason)
-            );
-        }
-        let _ = write!(
-            out,
-            "# HELP podmend_guard_images_removed_total Image references removed (the image goes with its last one), by reason (pod-end: built, committed or tagged by the pod; budget: by guard reap's image budget).\n\
-             # TYPE podmend_guard_images_removed_total counter\n\
-             podmend_guard_images_removed_total{{reason=\"pod-end\"}} {}\n\
-             podmend_guard_images_removed_total{{reason=\"budget\"}} {}\n\
-             # HELP podmend_guard_networks_removed_total Networks the pod created, removed when it ended.\n\
-             # TYPE podmend_guard_networks_removed_total counter\n\
-             podmend_guard_networks_removed_total {}\n",
-            self.images_removed(Reason::PodEnd),
-            self.images_removed(Reason::Budget),
-            self.networks_removed.load(Ordering::Relaxed),
-        );
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
+
+/// The count of one series of `family`, 0 when it was never counted.
+fn count<S>(family: &Family<S, Counter>, labels: &S) -> u64
+where
+    S: Clone + std::hash::Hash + Eq,
+{
+    family.get(labels).map_or(0, |counter| counter.get())
 }
 
 /// What the probes answer from.
@@ -225,7 +267,7 @@ pub struct Probes {
     /// Set once every listener is bound and the TLS tree written: `/healthz` says 200.
     pub started: Arc<AtomicBool>,
     /// The daemon `/readyz` pings.
-    pub upstream: Upstream,
+    pub upstream: DaemonUpstream,
 }
 
 /// How long `/readyz` waits for the daemon's `/_ping`.
@@ -243,55 +285,50 @@ pub async fn serve(
         .route(
             "/metrics",
             get(move || {
-                let metrics = Arc::clone(&metrics);
-                async move {
-                    (
-                        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                        metrics.render(),
-                    )
-                }
+                let text = metrics.render();
+                async move { ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text) }
             }),
         )
         .route(
             "/healthz",
             get(move || {
                 let started = started.load(Ordering::Acquire);
-                async move {
-                    if started {
-                        (StatusCode::OK, "ok\n")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
-                    }
-                }
+                async move { healthz(started) }
             }),
         )
-        .route(
-            "/readyz",
-            get(move || {
-                let upstream = probes.upstream.clone();
-                async move {
-                    let address = upstream.address().to_string();
-                    let client = DockerClient::new(upstream);
-                    match tokio::time::timeout(PING_TIMEOUT, client.ping()).await {
-                        Ok(Ok(())) => (StatusCode::OK, "ok\n".to_string()),
-                        Ok(Err(error)) => (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!("the Docker daemon does not answer: {error}\n"),
-                        ),
-                        Err(_) => (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!(
-                                "the Docker daemon at {address} did not answer /_ping within {}s\n",
-                                PING_TIMEOUT.as_secs()
-                            ),
-                        ),
-                    }
-                }
-            }),
-        );
+        .route("/readyz", get(move || readyz(probes.upstream.clone())));
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// `/healthz`: 200 once started.
+fn healthz(started: bool) -> (StatusCode, &'static str) {
+    if started {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "starting\n")
+    }
+}
+
+/// `/readyz`: 200 when the daemon answers `/_ping` within [`PING_TIMEOUT`].
+async fn readyz(upstream: DaemonUpstream) -> (StatusCode, String) {
+    let address = upstream.address().to_string();
+    let client = DockerClient::new(upstream);
+    match tokio::time::timeout(PING_TIMEOUT, client.ping()).await {
+        Ok(Ok(())) => (StatusCode::OK, "ok\n".to_string()),
+        Ok(Err(error)) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the Docker daemon does not answer: {error}\n"),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "the Docker daemon at {address} did not answer /_ping within {}s\n",
+                PING_TIMEOUT.as_secs()
+            ),
+        ),
+    }
 }
 
 /// Binds the metrics port.
@@ -306,9 +343,9 @@ mod tests {
     #[test]
     fn every_decision_is_rendered_with_its_count() {
         let metrics = GuardMetrics::new();
-        metrics.create(Decision::Rm);
-        metrics.create(Decision::Rm);
-        metrics.create(Decision::RestartPolicy);
+        metrics.create(CreateDecision::Rm);
+        metrics.create(CreateDecision::Rm);
+        metrics.create(CreateDecision::RestartPolicy);
         metrics.reaped(3);
         metrics.upstream_error();
         metrics.swarm_request(true);
@@ -343,8 +380,64 @@ mod tests {
             text.contains("podmend_guard_swarm_requests_total{decision=\"audit\"} 1\n"),
             "{text}"
         );
-        assert_eq!(metrics.creates(Decision::Rm), 2);
+        assert_eq!(metrics.creates(CreateDecision::Rm), 2);
         assert_eq!(metrics.swarm_requests(true), 2);
+    }
+
+    #[test]
+    fn every_metric_keeps_its_name_type_and_help_text() {
+        // (sample name, help) as `/metrics` has always exported them: all counters.
+        let expected = [
+            (
+                "podmend_guard_creates_total",
+                "Container creates seen by the guard, by decision.",
+            ),
+            (
+                "podmend_guard_swarm_requests_total",
+                "Swarm init/join and service create/update requests, by decision (deny: refused, audit: passed on).",
+            ),
+            (
+                "podmend_guard_containers_reaped_total",
+                "Containers the guard removed at shutdown.",
+            ),
+            (
+                "podmend_guard_upstream_errors_total",
+                "Connections to the Docker daemon that failed.",
+            ),
+            (
+                "podmend_guard_containers_removed_total",
+                "Containers removed, by reason (min-age, max-exited: collected after they exited; pod-end: at SIGTERM; owner-gone, older-than: by guard reap).",
+            ),
+            (
+                "podmend_guard_images_removed_total",
+                "Image references removed (the image goes with its last one), by reason (pod-end: built, committed or tagged by the pod; budget: by guard reap's image budget).",
+            ),
+            (
+                "podmend_guard_networks_removed_total",
+                "Networks the pod created, removed when it ended.",
+            ),
+        ];
+        let text = GuardMetrics::new().render();
+        for (sample, help) in expected {
+            // OpenMetrics declares a counter's family without `_total`; its samples keep it.
+            let family = sample.strip_suffix("_total").expect("a counter");
+            assert!(
+                text.contains(&format!(
+                    "# HELP {family} {help}\n# TYPE {family} counter\n"
+                )),
+                "{family}: {text}"
+            );
+            assert!(
+                text.lines().any(|line| line.starts_with(sample)),
+                "{sample}: {text}"
+            );
+        }
+        // Every series is there from the start.
+        assert_eq!(
+            text.lines().filter(|l| l.ends_with(" 0")).count(),
+            7 + 2 + 1 + 1 + 5 + 2 + 1,
+            "{text}"
+        );
     }
 
     #[test]
@@ -356,7 +449,7 @@ mod tests {
         metrics.container_removed(Reason::OwnerGone);
         metrics.image_removed(Reason::PodEnd);
         metrics.network_removed();
-        metrics.create(Decision::Collect);
+        metrics.create(CreateDecision::Collect);
         let text = metrics.render();
         for line in [
             "podmend_guard_containers_removed_total{reason=\"min-age\"} 1\n",

@@ -28,18 +28,20 @@ pub mod upstream;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::cli::{GuardReapArgs, UpstreamArgs};
-use crate::dind::GuardCommand;
+use crate::dind::{Address, GuardCommand};
 use docker::DockerClient;
 use metrics::{GuardMetrics, Probes};
-pub use policy::{Decision, OWNER_LABEL, Policy, REAP_LABEL};
+pub use policy::{CreateDecision, OWNER_LABEL, Policy, REAP_LABEL};
 use proxy::Shared;
-pub use reap::{ReapMode, ReapReport};
-use upstream::{AddressError, Listener, Upstream};
+pub use reap::{ImageBudget, ReapMode, ReapReport};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use upstream::{AddressError, DaemonUpstream, Listener};
 
 /// Why the guard could not start (once running, it only logs).
 #[derive(Debug, thiserror::Error)]
@@ -94,15 +96,6 @@ impl GuardOptions {
     }
 }
 
-fn upstream_from_args(args: &UpstreamArgs) -> Result<Upstream, GuardError> {
-    let address = args
-        .upstream
-        .clone()
-        .ok_or_else(|| GuardError::Usage("--upstream is required".to_string()))?;
-    let tls_dir = args.cert_dir().map_err(GuardError::Usage)?;
-    Ok(Upstream::new(address, tls_dir.as_deref())?)
-}
-
 /// Runs the guard until `shutdown` resolves; then stops accepting, removes every container of
 /// the pod (and under `collect` its networks and images), bounded by the shutdown timeout,
 /// and returns.
@@ -112,10 +105,62 @@ pub async fn run(
 ) -> Result<(), GuardError> {
     let command = &options.command;
     // TLS files the daemon writes may not exist yet: they are read when needed.
-    let upstream = Upstream::waiting_for_tls(
+    let upstream = DaemonUpstream::waiting_for_tls(
         command.upstream.clone(),
         command.upstream_cert_path.as_deref(),
     )?;
+    let listeners = bind_listeners(command).await?;
+    let guard_metrics = Arc::new(GuardMetrics::new());
+    let started = Arc::new(AtomicBool::new(false));
+    let probes = Probes {
+        started: Arc::clone(&started),
+        upstream: upstream.clone(),
+    };
+    let metrics_server =
+        MetricsServer::start(command.health_listen, Arc::clone(&guard_metrics), probes).await?;
+    let shared = Arc::new(Shared::new(
+        upstream.clone(),
+        command.policy,
+        &options.owner_pod_uid,
+        Arc::clone(&guard_metrics),
+        command.upstream_wait,
+    ));
+    let serving = Serving::start(listeners, &shared, &options);
+    started.store(true, Ordering::Release);
+    tracing::info!(
+        listen = %serving.listening.join(", "),
+        upstream = %upstream,
+        policy = %command.policy,
+        owner_pod_uid = %options.owner_pod_uid,
+        min_age = %crate::dind::format_duration(command.min_age),
+        max_exited = command.max_exited,
+        "podmend guard ready"
+    );
+
+    shutdown.await;
+    serving.stop();
+    shared.shutting_down.store(true, Ordering::Release);
+    tracing::info!(
+        timeout_seconds = options.shutdown_timeout.as_secs(),
+        "shutting down: removing this pod's containers"
+    );
+    let client = DockerClient::new(upstream);
+    let recorded = shared.recorded_images();
+    let cleanup = remove_what_the_pod_made(&client, &options, &recorded, &guard_metrics);
+    match tokio::time::timeout(options.shutdown_timeout, cleanup).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "cannot remove what this pod created"),
+        Err(_) => tracing::warn!(
+            removed = guard_metrics.reaped_count(),
+            "the clean-up did not finish in time; `podmend guard reap` removes the rest"
+        ),
+    }
+    metrics_server.stop().await;
+    Ok(())
+}
+
+/// Binds every `--listen` address (TLS on the TCP ones with `--tls-certdir`).
+async fn bind_listeners(command: &GuardCommand) -> Result<Vec<Listener>, GuardError> {
     let server_tls = match &command.tls_certdir {
         None => None,
         Some(dir) => Some(tls::ensure_tree(dir, &tls::server_names(&command.tls_san))?),
@@ -130,134 +175,115 @@ pub async fn run(
             })?;
         listeners.push(listener);
     }
-    let guard_metrics = Arc::new(GuardMetrics::new());
-    let started = Arc::new(AtomicBool::new(false));
-    let (stop_metrics, metrics_server) = match command.health_listen {
-        None => (None, None),
-        Some(address) => {
-            let probes = Probes {
-                started: Arc::clone(&started),
-                upstream: upstream.clone(),
-            };
-            let (stop, server) = serve_metrics(address, Arc::clone(&guard_metrics), probes).await?;
-            (Some(stop), Some(server))
-        }
-    };
-    let shared = Arc::new(Shared::new(
-        upstream.clone(),
-        command.policy,
-        &options.owner_pod_uid,
-        Arc::clone(&guard_metrics),
-        command.upstream_wait,
-    ));
-    let listening: Vec<String> = listeners.iter().map(Listener::local_address).collect();
-    let listeners: Vec<Arc<Listener>> = listeners.into_iter().map(Arc::new).collect();
-    let accepting: Vec<_> = listeners
-        .iter()
-        .map(|listener| tokio::spawn(accept_loop(Arc::clone(listener), Arc::clone(&shared))))
-        .collect();
-    let collector = (command.policy == Policy::Collect).then(|| {
-        tokio::spawn(collect::run(
-            DockerClient::new(upstream.clone()),
-            options.owner_pod_uid.clone(),
-            collect::Limits {
-                min_age: command.min_age,
-                max_exited: command.max_exited,
-            },
-            Arc::clone(&guard_metrics),
-        ))
-    });
-    started.store(true, Ordering::Release);
-    tracing::info!(
-        listen = %listening.join(", "),
-        upstream = %upstream,
-        policy = %command.policy,
-        owner_pod_uid = %options.owner_pod_uid,
-        min_age = %crate::dind::format_duration(command.min_age),
-        max_exited = command.max_exited,
-        "podmend guard ready"
-    );
+    Ok(listeners)
+}
 
-    shutdown.await;
-    for task in &accepting {
-        task.abort();
-    }
-    if let Some(collector) = &collector {
-        collector.abort();
-    }
-    for listener in &listeners {
-        listener.remove_socket();
-    }
-    drop(listeners);
-    shared.shutting_down.store(true, Ordering::Release);
-    tracing::info!(
-        timeout_seconds = options.shutdown_timeout.as_secs(),
-        "shutting down: removing this pod's containers"
-    );
-    let client = DockerClient::new(upstream);
-    let cleanup = async {
-        let removed =
-            reap::remove_pod_containers(&client, &options.owner_pod_uid, &guard_metrics).await?;
-        tracing::info!(removed, "removed this pod's containers");
-        if command.policy == Policy::Collect {
-            let networks =
-                reap::remove_pod_networks(&client, &options.owner_pod_uid, &guard_metrics).await?;
-            let images = reap::remove_pod_images(
-                &client,
-                &options.owner_pod_uid,
-                &shared.recorded_images(),
-                &guard_metrics,
-            )
-            .await?;
-            tracing::info!(networks, images, "removed this pod's networks and images");
+/// The running guard: its listeners accepting, and under `collect` its collector.
+struct Serving {
+    listening: Vec<String>,
+    listeners: Vec<Arc<Listener>>,
+    accepting: Vec<JoinHandle<()>>,
+    collector: Option<JoinHandle<()>>,
+}
+
+impl Serving {
+    fn start(listeners: Vec<Listener>, shared: &Arc<Shared>, options: &GuardOptions) -> Self {
+        let command = &options.command;
+        let listening = listeners.iter().map(Listener::local_address).collect();
+        let listeners: Vec<Arc<Listener>> = listeners.into_iter().map(Arc::new).collect();
+        let accepting = listeners
+            .iter()
+            .map(|listener| tokio::spawn(accept_loop(Arc::clone(listener), Arc::clone(shared))))
+            .collect();
+        let collector = (command.policy == Policy::Collect).then(|| {
+            tokio::spawn(collect::run(
+                DockerClient::new(shared.upstream.clone()),
+                options.owner_pod_uid.clone(),
+                collect::Limits {
+                    min_age: command.min_age,
+                    max_exited: command.max_exited,
+                },
+                Arc::clone(&shared.metrics),
+            ))
+        });
+        Self {
+            listening,
+            listeners,
+            accepting,
+            collector,
         }
-        Ok::<_, docker::DockerError>(())
-    };
-    match tokio::time::timeout(options.shutdown_timeout, cleanup).await {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => tracing::warn!(%error, "cannot remove what this pod created"),
-        Err(_) => tracing::warn!(
-            removed = guard_metrics.reaped_count(),
-            "the clean-up did not finish in time; `podmend guard reap` removes the rest"
-        ),
     }
-    if let Some(stop) = stop_metrics {
-        let _ = stop.send(());
+
+    /// Stops accepting and collecting, and removes the Unix sockets.
+    fn stop(self) {
+        for task in &self.accepting {
+            task.abort();
+        }
+        if let Some(collector) = &self.collector {
+            collector.abort();
+        }
+        for listener in &self.listeners {
+            listener.remove_socket();
+        }
     }
-    if let Some(server) = metrics_server {
-        let _ = server.await;
+}
+
+/// The pod's end: removes every container of the pod, and under `collect` its networks and
+/// the images it made (`recorded`: the references it tagged).
+async fn remove_what_the_pod_made(
+    client: &DockerClient,
+    options: &GuardOptions,
+    recorded: &[String],
+    metrics: &GuardMetrics,
+) -> Result<(), docker::DockerError> {
+    let owner = &options.owner_pod_uid;
+    let removed = reap::remove_pod_containers(client, owner, metrics).await?;
+    tracing::info!(removed, "removed this pod's containers");
+    if options.command.policy == Policy::Collect {
+        let networks = reap::remove_pod_networks(client, owner, metrics).await?;
+        let images = reap::remove_pod_images(client, owner, recorded, metrics).await?;
+        tracing::info!(networks, images, "removed this pod's networks and images");
     }
     Ok(())
 }
 
-/// Binds the metrics port and serves it until the returned sender fires.
-async fn serve_metrics(
-    address: SocketAddr,
-    metrics: Arc<GuardMetrics>,
-    probes: Probes,
-) -> Result<
-    (
-        tokio::sync::oneshot::Sender<()>,
-        tokio::task::JoinHandle<()>,
-    ),
-    GuardError,
-> {
-    let listener = metrics::bind(address)
-        .await
-        .map_err(|source| GuardError::Bind {
-            address: address.to_string(),
-            source,
-        })?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        let stopped = async {
-            let _ = stopped.await;
+/// The plain-HTTP port of `/metrics`, `/healthz` and `/readyz`, when one was asked for.
+struct MetricsServer(Option<(oneshot::Sender<()>, JoinHandle<()>)>);
+
+impl MetricsServer {
+    /// Binds `address` (if any) and serves it until [`MetricsServer::stop`].
+    async fn start(
+        address: Option<SocketAddr>,
+        metrics: Arc<GuardMetrics>,
+        probes: Probes,
+    ) -> Result<Self, GuardError> {
+        let Some(address) = address else {
+            return Ok(Self(None));
         };
-        if let Err(error) = metrics::serve(listener, metrics, probes, stopped).await {
-            tracing::warn!(%error, "the metrics server stopped");
+        let listener = metrics::bind(address)
+            .await
+            .map_err(|source| GuardError::Bind {
+                address: address.to_string(),
+                source,
+            })?;
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let stopped = async {
+                let _ = stopped.await;
+            };
+            if let Err(error) = metrics::serve(listener, metrics, probes, stopped).await {
+                tracing::warn!(%error, "the metrics server stopped");
+            }
+        });
+        Ok(Self(Some((stop, server))))
+    }
+
+    async fn stop(self) {
+        if let Some((stop, server)) = self.0 {
+            let _ = stop.send(());
+            let _ = server.await;
         }
-    });
-    Ok((stop, server))
+    }
 }
 
 /// Accepts clients on one listener until aborted; each connection (its TLS handshake too)
@@ -283,92 +309,139 @@ async fn accept_loop(listener: Arc<Listener>, shared: Arc<Shared>) {
     }
 }
 
+/// Everything `podmend guard reap` runs with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReapOptions {
+    /// The Docker daemon whose containers are reaped.
+    pub upstream: Address,
+    /// With TLS to the daemon: the directory of `ca.pem`, `cert.pem` and `key.pem`.
+    pub upstream_cert_dir: Option<PathBuf>,
+    /// Which containers go.
+    pub mode: ReapMode,
+    /// With a budget, unused images go too, least recently used first.
+    pub image_budget: Option<ImageBudget>,
+    /// A pass every interval until shutdown; without it, one pass.
+    pub interval: Option<Duration>,
+    /// Where to serve `/metrics`, `/healthz` and `/readyz` (with `interval`).
+    pub metrics_listen: Option<SocketAddr>,
+    /// List what would go, remove nothing.
+    pub dry_run: bool,
+}
+
 /// `podmend guard reap`: removes (or lists, with `--dry-run`) orphaned podmend containers,
 /// and with `--images-high` unused images over the budget, one line each on `out`. Once, or
 /// with `--interval` every interval until `shutdown` resolves (then the report is empty).
 pub async fn reap_command(
-    args: &GuardReapArgs,
+    options: &ReapOptions,
     out: &mut dyn io::Write,
     shutdown: impl Future<Output = ()>,
 ) -> Result<ReapReport, GuardError> {
-    let upstream = upstream_from_args(&args.upstream)?;
-    let client = DockerClient::new(upstream.clone());
-    let mode = match args.older_than {
-        Some(age) => ReapMode::StoppedFor(age),
-        None => ReapMode::OwnerGone {
-            kubeconfig: args.kubeconfig.clone(),
-            node: args.node_name.clone(),
-        },
+    let upstream = DaemonUpstream::new(
+        options.upstream.clone(),
+        options.upstream_cert_dir.as_deref(),
+    )?;
+    let reaper = Reaper {
+        client: DockerClient::new(upstream.clone()),
+        options,
+        metrics: Arc::new(GuardMetrics::new()),
+        memory: reap::ImageMemory::default(),
     };
-    let budget = match (args.images_high, args.images_low) {
-        (Some(high), Some(low)) if low > high => {
-            return Err(GuardError::Usage(format!(
-                "--images-low ({low} bytes) must not be above --images-high ({high} bytes)"
-            )));
-        }
-        (Some(high), Some(low)) => Some(reap::ImageBudget {
-            high,
-            low,
-            min_age: args.image_min_age,
-        }),
-        _ => None,
-    };
-    let metrics = Arc::new(GuardMetrics::new());
-    let mut memory = reap::ImageMemory::default();
-    let Some(interval) = args.interval else {
-        let mut report = reap::reap(&client, &mode, args.dry_run, out, &metrics).await?;
-        if let Some(budget) = budget {
-            report.images_removed =
-                reap::image_budget(&client, budget, &mut memory, args.dry_run, out, &metrics)
-                    .await?;
-        }
-        return Ok(report);
-    };
+    match options.interval {
+        None => reaper.once(out).await,
+        Some(interval) => reaper
+            .every(interval, upstream, out, shutdown)
+            .await
+            .map(|()| ReapReport::default()),
+    }
+}
 
-    let started = Arc::new(AtomicBool::new(true));
-    let (stop_metrics, metrics_server) = match args.metrics_listen {
-        None => (None, None),
-        Some(address) => {
-            let probes = Probes { started, upstream };
-            let (stop, server) = serve_metrics(address, Arc::clone(&metrics), probes).await?;
-            (Some(stop), Some(server))
+/// `guard reap`'s state between passes.
+struct Reaper<'a> {
+    client: DockerClient,
+    options: &'a ReapOptions,
+    metrics: Arc<GuardMetrics>,
+    memory: reap::ImageMemory,
+}
+
+impl Reaper<'_> {
+    /// One pass: containers, then the image budget.
+    async fn pass(&mut self, out: &mut dyn io::Write) -> Result<ReapReport, reap::ReapError> {
+        let options = self.options;
+        let mut report = reap::reap(
+            &self.client,
+            &options.mode,
+            options.dry_run,
+            out,
+            &self.metrics,
+        )
+        .await?;
+        if let Some(budget) = options.image_budget {
+            report.images_removed = reap::image_budget(
+                &self.client,
+                budget,
+                &mut self.memory,
+                options.dry_run,
+                out,
+                &self.metrics,
+            )
+            .await?;
         }
-    };
-    tracing::info!(
-        interval = %crate::dind::format_duration(interval),
-        node = args.node_name.as_deref().unwrap_or(""),
-        images_high = args.images_high,
-        images_low = args.images_low,
-        dry_run = args.dry_run,
-        "podmend guard reap: a pass every interval"
-    );
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let pass = async {
-            let report = reap::reap(&client, &mode, args.dry_run, out, &metrics).await?;
-            if let Some(budget) = budget {
-                reap::image_budget(&client, budget, &mut memory, args.dry_run, out, &metrics)
-                    .await?;
-            }
-            let _ = out.flush();
-            Ok::<_, reap::ReapError>(report)
+        Ok(report)
+    }
+
+    /// One pass, and its report.
+    async fn once(mut self, out: &mut dyn io::Write) -> Result<ReapReport, GuardError> {
+        Ok(self.pass(out).await?)
+    }
+
+    /// A pass every `interval` until `shutdown` resolves; a failed pass is logged and the
+    /// next one tried. Serves the metrics port meanwhile, if asked.
+    async fn every(
+        mut self,
+        interval: Duration,
+        upstream: DaemonUpstream,
+        out: &mut dyn io::Write,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), GuardError> {
+        let options = self.options;
+        let probes = Probes {
+            started: Arc::new(AtomicBool::new(true)),
+            upstream,
         };
-        match pass.await {
-            Ok(report) => tracing::debug!(?report, "reap pass done"),
-            Err(error) => {
-                tracing::warn!(%error, "the reap pass failed; trying again next interval")
+        let metrics_server =
+            MetricsServer::start(options.metrics_listen, Arc::clone(&self.metrics), probes).await?;
+        let (images_high, images_low) = match options.image_budget {
+            Some(budget) => (Some(budget.high), Some(budget.low)),
+            None => (None, None),
+        };
+        let node = match &options.mode {
+            ReapMode::OwnerGone { node, .. } => node.as_deref(),
+            ReapMode::StoppedFor(_) => None,
+        };
+        tracing::info!(
+            interval = %crate::dind::format_duration(interval),
+            node = node.unwrap_or(""),
+            images_high,
+            images_low,
+            dry_run = options.dry_run,
+            "podmend guard reap: a pass every interval"
+        );
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            let pass = self.pass(out).await;
+            let _ = out.flush();
+            match pass {
+                Ok(report) => tracing::debug!(?report, "reap pass done"),
+                Err(error) => {
+                    tracing::warn!(%error, "the reap pass failed; trying again next interval")
+                }
+            }
+            tokio::select! {
+                () = &mut shutdown => break,
+                () = tokio::time::sleep(interval) => {}
             }
         }
-        tokio::select! {
-            () = &mut shutdown => break,
-            () = tokio::time::sleep(interval) => {}
-        }
+        metrics_server.stop().await;
+        Ok(())
     }
-    if let Some(stop) = stop_metrics {
-        let _ = stop.send(());
-    }
-    if let Some(server) = metrics_server {
-        let _ = server.await;
-    }
-    Ok(ReapReport::default())
 }

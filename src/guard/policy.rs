@@ -1,7 +1,9 @@
-//! The guard's decision, as pure functions: which requests are container or network creates,
-//! swarm requests, builds, tags or commits (on the *normalised* path, so spelling tricks do
-//! not bypass it) and what happens to each under each policy ([`plan`], then [`decide`] for
-//! a body). No I/O: the proxy asks, this module answers.
+//! The guard's policy as one pure function, [`verdict`]: which requests are container or
+//! network creates, swarm requests, builds, tags or commits (on the *normalised* path, so
+//! spelling tricks do not bypass it) and what each gets under each policy: forwarded,
+//! rewritten (target or body) or refused, with the reason ([`GuardVerdict`]). A create is
+//! asked about twice: without its body (the answer is [`Action::ReadBody`]), then with it.
+//! No I/O: the proxy asks, this module answers.
 
 use std::fmt;
 
@@ -20,7 +22,7 @@ pub const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on thi
 
 /// What became of one container create; the `decision` label of the creates metric.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Decision {
+pub enum CreateDecision {
     /// The container is removed when it exits (`--rm` given, or set by the guard).
     Rm,
     /// Refused.
@@ -37,55 +39,109 @@ pub enum Decision {
     Compose,
 }
 
-impl Decision {
-    pub const ALL: [Decision; 7] = [
-        Decision::Rm,
-        Decision::Collect,
-        Decision::Deny,
-        Decision::Reap,
-        Decision::Audit,
-        Decision::RestartPolicy,
-        Decision::Compose,
+impl CreateDecision {
+    pub const ALL: [CreateDecision; 7] = [
+        CreateDecision::Rm,
+        CreateDecision::Collect,
+        CreateDecision::Deny,
+        CreateDecision::Reap,
+        CreateDecision::Audit,
+        CreateDecision::RestartPolicy,
+        CreateDecision::Compose,
     ];
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Decision::Rm => "rm",
-            Decision::Collect => "collect",
-            Decision::Deny => "deny",
-            Decision::Reap => "reap",
-            Decision::Audit => "audit",
-            Decision::RestartPolicy => "restart-policy",
-            Decision::Compose => "compose",
+            CreateDecision::Rm => "rm",
+            CreateDecision::Collect => "collect",
+            CreateDecision::Deny => "deny",
+            CreateDecision::Reap => "reap",
+            CreateDecision::Audit => "audit",
+            CreateDecision::RestartPolicy => "restart-policy",
+            CreateDecision::Compose => "compose",
         }
     }
 }
 
-impl fmt::Display for Decision {
+impl fmt::Display for CreateDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// The answer for one request.
+/// What the guard does with one request, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// Not a container create: relay it untouched.
-    PassThrough,
-    /// A container create, decided.
-    Create(CreateVerdict),
-    /// A network create (policy `collect`): send this body, which carries the owner label.
-    Network(Vec<u8>),
-    /// A create whose body cannot be judged: answer 400 with this message.
-    Invalid(String),
+pub struct GuardVerdict {
+    pub kind: RequestKind,
+    pub action: Action,
+    /// For a container create judged on its body: what became of it (logged and counted),
+    /// refused or not.
+    pub create: Option<CreateVerdict>,
+    /// An image reference this request gives a name to, which the pod removes when it ends
+    /// if the daemon answers with success (policy `collect`: `docker tag`).
+    pub records: Option<String>,
 }
+
+/// What the proxy does with a request before the daemon sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Read the body (at most [`MAX_CREATE_BODY`]) and ask [`verdict`] again with it.
+    ReadBody,
+    /// Forward it as sent.
+    Forward,
+    /// Forward it with this request-target instead.
+    RewriteTarget(String),
+    /// Forward it with this body instead (its framing set to match).
+    RewriteBody(Vec<u8>),
+    /// Answer the client; the daemon never sees the request.
+    Refuse(Refusal),
+}
+
+/// Why a request is refused: each reason has its status and the message the client prints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// Swarm mode or a swarm service, under every policy but `audit`: 403.
+    Swarm,
+    /// A build whose body is a form, under every policy but `audit`: 400.
+    BuildForm,
+    /// A container create without `--rm` under policy `deny`: 403.
+    NoRm,
+    /// A create while the pod shuts down: nothing may be created behind the clean-up: 503.
+    ShuttingDown,
+    /// A create body the guard cannot judge (not JSON, a field given twice, ...): 400 with
+    /// this message.
+    Unjudgeable(String),
+}
+
+impl Refusal {
+    pub fn status(&self) -> u16 {
+        match self {
+            Refusal::Swarm | Refusal::NoRm => 403,
+            Refusal::BuildForm | Refusal::Unjudgeable(_) => 400,
+            Refusal::ShuttingDown => 503,
+        }
+    }
+
+    /// The `message` of the JSON answer, as the daemon's errors look.
+    pub fn message(&self) -> &str {
+        match self {
+            Refusal::Swarm => SWARM_MESSAGE,
+            Refusal::BuildForm => BUILD_FORM_MESSAGE,
+            Refusal::NoRm => DENY_MESSAGE,
+            Refusal::ShuttingDown => SHUTTING_DOWN_MESSAGE,
+            Refusal::Unjudgeable(message) => message,
+        }
+    }
+}
+
+/// What a create gets while the pod shuts down.
+pub const SHUTTING_DOWN_MESSAGE: &str =
+    "podmend guard: the pod is shutting down; no new containers";
 
 /// The verdict on one container create.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CreateVerdict {
-    pub decision: Decision,
-    /// The body to send to the daemon; `None` when refused.
-    pub body: Option<Vec<u8>>,
+    pub decision: CreateDecision,
     /// Whether the guard set `AutoRemove` itself.
     pub set_auto_remove: bool,
     /// `?name=` of the request, if given.
@@ -96,7 +152,7 @@ pub struct CreateVerdict {
 
 impl CreateVerdict {
     pub fn refused(&self) -> bool {
-        self.body.is_none()
+        self.decision == CreateDecision::Deny
     }
 }
 
@@ -218,64 +274,74 @@ pub fn classify(method: &str, target: &str) -> RequestKind {
     }
 }
 
-/// What the proxy does with a request before the daemon sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// Relay it as sent.
-    Relay,
-    /// Relay it with this request-target instead.
-    Retarget(String),
-    /// Answer `status` with `message` and close; the daemon never sees the request.
-    Refuse { status: u16, message: &'static str },
-    /// Read the body and judge it with [`decide`].
-    JudgeBody,
+/// One request as the policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardRequest<'a> {
+    pub method: &'a str,
+    pub target: &'a str,
+    /// Whether its `Content-Type` is a form ([`is_form_content_type`]): only builds care.
+    pub form_body: bool,
+    /// Its body, once read (the verdict asked for it with [`Action::ReadBody`]).
+    pub body: Option<&'a [u8]>,
 }
 
-/// The guard's plan for one request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
-    pub kind: RequestKind,
-    pub action: Action,
-    /// An image reference this request gives a name to, which the pod removes when it ends
-    /// if the daemon answers with success (policy `collect`: `docker tag`).
-    pub records: Option<String>,
-}
-
-/// Plans one request under `policy` for the pod `owner`: `form_body` says whether its
-/// `Content-Type` is a form ([`is_form_content_type`]), which only matters for builds.
-pub fn plan(policy: Policy, owner: &str, method: &str, target: &str, form_body: bool) -> Plan {
-    let kind = classify(method, target);
-    let relay = |action| Plan {
+/// The guard's verdict on one request under `policy` for the pod `owner`, the whole policy
+/// table in one place. `shutting_down` says the pod's clean-up has begun: creates are
+/// refused from then on. A container create (and under `collect` a network create) is
+/// judged on its body: asked without it, the answer is [`Action::ReadBody`].
+pub fn verdict(
+    policy: Policy,
+    owner: &str,
+    shutting_down: bool,
+    request: &GuardRequest<'_>,
+) -> GuardVerdict {
+    let kind = classify(request.method, request.target);
+    let verdict = |action| GuardVerdict {
         kind,
         action,
+        create: None,
         records: None,
     };
+    let target = request.target;
     match kind {
-        RequestKind::ContainerCreate => relay(Action::JudgeBody),
-        RequestKind::NetworkCreate if policy == Policy::Collect => relay(Action::JudgeBody),
-        RequestKind::Swarm if enforces_removal(policy) => relay(Action::Refuse {
-            status: 403,
-            message: SWARM_MESSAGE,
-        }),
-        RequestKind::Build if enforces_removal(policy) && form_body => relay(Action::Refuse {
-            status: 400,
-            message: BUILD_FORM_MESSAGE,
-        }),
-        RequestKind::Build if policy == Policy::Collect => relay(Action::Retarget(
+        RequestKind::ContainerCreate | RequestKind::NetworkCreate if judges_body(policy, kind) => {
+            match request.body {
+                _ if shutting_down => verdict(Action::Refuse(Refusal::ShuttingDown)),
+                None => verdict(Action::ReadBody),
+                Some(body) if kind == RequestKind::ContainerCreate => {
+                    judge_container_create(policy, owner, target, body)
+                }
+                Some(body) => verdict(judge_network_create(owner, body)),
+            }
+        }
+        RequestKind::Swarm if enforces_removal(policy) => verdict(Action::Refuse(Refusal::Swarm)),
+        RequestKind::Build if enforces_removal(policy) && request.form_body => {
+            verdict(Action::Refuse(Refusal::BuildForm))
+        }
+        RequestKind::Build if policy == Policy::Collect => verdict(Action::RewriteTarget(
             build_target_labelled(&build_target_removing_intermediates(target), owner),
         )),
-        RequestKind::Build if enforces_removal(policy) => relay(Action::Retarget(
+        RequestKind::Build if enforces_removal(policy) => verdict(Action::RewriteTarget(
             build_target_removing_intermediates(target),
         )),
         RequestKind::Commit if policy == Policy::Collect => {
-            relay(Action::Retarget(commit_target_labelled(target, owner)))
+            verdict(Action::RewriteTarget(commit_target_labelled(target, owner)))
         }
-        RequestKind::ImageTag if policy == Policy::Collect => Plan {
-            kind,
-            action: Action::Relay,
+        RequestKind::ImageTag if policy == Policy::Collect => GuardVerdict {
             records: tag_reference(target),
+            ..verdict(Action::Forward)
         },
-        _ => relay(Action::Relay),
+        _ => verdict(Action::Forward),
+    }
+}
+
+/// Whether requests of `kind` are judged on their body under `policy`: container creates
+/// always, network creates under `collect` (which labels them).
+fn judges_body(policy: Policy, kind: RequestKind) -> bool {
+    match kind {
+        RequestKind::ContainerCreate => true,
+        RequestKind::NetworkCreate => policy == Policy::Collect,
+        _ => false,
     }
 }
 
@@ -486,66 +552,136 @@ fn query_name(target: &str) -> Option<String> {
     })
 }
 
-/// Decides one request: relays anything but a container create (and, under `collect`, a
-/// network create); judges a create's body under `policy`, adds the owner label
-/// `owner_pod_uid`, and returns the body to send.
-pub fn decide(
-    policy: Policy,
-    owner_pod_uid: &str,
-    method: &str,
-    target: &str,
-    body: &[u8],
-) -> Outcome {
-    match classify(method, target) {
-        RequestKind::ContainerCreate => {}
-        RequestKind::NetworkCreate if policy == Policy::Collect => {
-            return match label_network(owner_pod_uid, body) {
-                Ok(body) => Outcome::Network(body),
-                Err(message) => Outcome::Invalid(format!(
-                    "podmend guard: cannot judge the network create request: {message}"
-                )),
+/// The verdict on a container create's `body`: the owner label added, `AutoRemove` set or
+/// the reap label added as the policy says, or refused.
+fn judge_container_create(policy: Policy, owner: &str, target: &str, body: &[u8]) -> GuardVerdict {
+    let (action, create) = match decide_create(policy, owner, body) {
+        Ok((mut create, sent)) => {
+            create.name = query_name(target);
+            let action = match sent {
+                Some(body) => Action::RewriteBody(body),
+                None => Action::Refuse(Refusal::NoRm),
             };
+            (action, Some(create))
         }
-        _ => return Outcome::PassThrough,
+        Err(message) => (
+            Action::Refuse(Refusal::Unjudgeable(format!(
+                "podmend guard: cannot judge the container create request: {message}"
+            ))),
+            None,
+        ),
+    };
+    GuardVerdict {
+        kind: RequestKind::ContainerCreate,
+        action,
+        create,
+        records: None,
     }
-    match decide_create(policy, owner_pod_uid, body) {
-        Ok(mut verdict) => {
-            verdict.name = query_name(target);
-            Outcome::Create(verdict)
-        }
-        Err(message) => Outcome::Invalid(format!(
-            "podmend guard: cannot judge the container create request: {message}"
-        )),
+}
+
+/// The action for a network create's `body` under `collect`: the owner label added.
+fn judge_network_create(owner: &str, body: &[u8]) -> Action {
+    match label_network(owner, body) {
+        Ok(body) => Action::RewriteBody(body),
+        Err(message) => Action::Refuse(Refusal::Unjudgeable(format!(
+            "podmend guard: cannot judge the network create request: {message}"
+        ))),
     }
 }
 
 /// A network create body with the owner label added (the client's labels kept, a forged
 /// owner label overwritten).
 fn label_network(owner: &str, body: &[u8]) -> Result<Vec<u8>, String> {
-    let mut config: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
-    let Some(config) = config.as_object_mut() else {
-        return Err("the body is not a JSON object".to_string());
-    };
-    canonicalise(config, "Labels")?;
-    let mut labels = match config.get("Labels") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(labels)) => labels.clone(),
-        Some(_) => return Err("Labels is not a JSON object".to_string()),
-    };
+    let mut config = json_object(body)?;
+    canonicalise(&mut config, "Labels")?;
+    let mut labels = labels_of(&config)?;
     labels.insert(OWNER_LABEL.to_string(), Value::String(owner.to_string()));
     config.insert("Labels".to_string(), Value::Object(labels));
-    serde_json::to_vec(config).map_err(|e| format!("cannot encode the body: {e}"))
+    serde_json::to_vec(&config).map_err(|e| format!("cannot encode the body: {e}"))
 }
 
-fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<CreateVerdict, String> {
-    let mut config: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the body is not valid JSON: {e}"))?;
-    let Some(config) = config.as_object_mut() else {
-        return Err("the body is not a JSON object".to_string());
+/// A request body that must be a JSON object.
+fn json_object(body: &[u8]) -> Result<Map<String, Value>, String> {
+    match serde_json::from_slice(body) {
+        Ok(Value::Object(object)) => Ok(object),
+        Ok(_) => Err("the body is not a JSON object".to_string()),
+        Err(e) => Err(format!("the body is not valid JSON: {e}")),
+    }
+}
+
+/// The `Labels` of a (canonicalised) body: absent and `null` are none.
+fn labels_of(config: &Map<String, Value>) -> Result<Map<String, Value>, String> {
+    match config.get("Labels") {
+        None | Some(Value::Null) => Ok(Map::new()),
+        Some(Value::Object(labels)) => Ok(labels.clone()),
+        Some(_) => Err("Labels is not a JSON object".to_string()),
+    }
+}
+
+/// What the policy reads of a container create body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CreateFacts {
+    image: Option<String>,
+    /// `HostConfig.AutoRemove` is `true` (`docker run --rm`).
+    auto_remove: bool,
+    /// `HostConfig.RestartPolicy.Name` is set and not `no`.
+    restart_policy: bool,
+    /// It carries the `docker compose` project label.
+    compose: bool,
+}
+
+/// The create's decision under `policy`, and whether the guard sets `AutoRemove` and adds
+/// the reap label; `None` when refused.
+fn create_decision(policy: Policy, facts: &CreateFacts) -> Option<(CreateDecision, bool, bool)> {
+    let exception = if facts.restart_policy {
+        Some(CreateDecision::RestartPolicy)
+    } else if facts.compose {
+        Some(CreateDecision::Compose)
+    } else {
+        None
     };
-    // Docker decodes with Go's encoding/json, which matches field names case-insensitively:
-    // judge and send one canonical spelling, and refuse two spellings of one field.
+    Some(match (policy, facts.auto_remove, exception) {
+        (_, true, _) => (CreateDecision::Rm, false, false),
+        (Policy::Audit, false, _) => (CreateDecision::Audit, false, false),
+        // Compose containers stay until `docker compose down` or the pod's end.
+        (Policy::Collect, false, Some(CreateDecision::Compose)) => {
+            (CreateDecision::Compose, false, true)
+        }
+        (Policy::Collect, false, _) => (CreateDecision::Collect, false, true),
+        (Policy::Reap, false, _) => (CreateDecision::Reap, false, true),
+        (Policy::Rm | Policy::Deny, false, Some(exception)) => (exception, false, true),
+        (Policy::Rm, false, None) => (CreateDecision::Rm, true, false),
+        (Policy::Deny, false, None) => return None,
+    })
+}
+
+/// Judges a container create body under `policy`: the verdict, and the body to send
+/// (`None` when refused).
+fn decide_create(
+    policy: Policy,
+    owner: &str,
+    body: &[u8],
+) -> Result<(CreateVerdict, Option<Vec<u8>>), String> {
+    let mut config = json_object(body)?;
+    let facts = read_create(&mut config)?;
+    let verdict = |decision, set_auto_remove| CreateVerdict {
+        decision,
+        set_auto_remove,
+        name: None,
+        image: facts.image.clone(),
+    };
+    let Some((decision, set_auto_remove, reap)) = create_decision(policy, &facts) else {
+        return Ok((verdict(CreateDecision::Deny, false), None));
+    };
+    let sent = rewrite_create(config, owner, set_auto_remove, reap)?;
+    Ok((verdict(decision, set_auto_remove), Some(sent)))
+}
+
+/// Reads what the policy judges from a create body, renaming each judged field to its
+/// canonical spelling. Docker decodes with Go's encoding/json, which matches field names
+/// case-insensitively: judge and send one canonical spelling, and refuse two spellings of
+/// one field.
+fn read_create(config: &mut Map<String, Value>) -> Result<CreateFacts, String> {
     canonicalise(config, "Labels")?;
     canonicalise(config, "HostConfig")?;
     let image = config
@@ -553,66 +689,46 @@ fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<CreateVerdi
         .find(|(k, _)| go_fold_eq(k, "Image"))
         .and_then(|(_, v)| v.as_str())
         .map(str::to_string);
-
-    let auto_remove;
-    let restart_policy;
-    match config.get_mut("HostConfig") {
-        None | Some(Value::Null) => {
-            auto_remove = false;
-            restart_policy = None;
-        }
-        Some(Value::Object(host)) => {
-            canonicalise(host, "AutoRemove")?;
-            canonicalise(host, "RestartPolicy")?;
-            auto_remove = host.get("AutoRemove") == Some(&Value::Bool(true));
-            restart_policy = match host.get_mut("RestartPolicy") {
-                Some(Value::Object(restart)) => {
-                    canonicalise(restart, "Name")?;
-                    restart
-                        .get("Name")
-                        .and_then(Value::as_str)
-                        .filter(|name| !name.is_empty() && *name != "no")
-                        .map(str::to_string)
-                }
-                _ => None,
-            };
-        }
+    let (auto_remove, restart_policy) = match config.get_mut("HostConfig") {
+        None | Some(Value::Null) => (false, false),
+        Some(Value::Object(host)) => read_host_config(host)?,
         Some(_) => return Err("HostConfig is not a JSON object".to_string()),
-    }
-    let labels = match config.get("Labels") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(labels)) => labels.clone(),
-        Some(_) => return Err("Labels is not a JSON object".to_string()),
     };
-    let compose = labels.contains_key(COMPOSE_PROJECT_LABEL);
-    let exception = if restart_policy.is_some() {
-        Some(Decision::RestartPolicy)
-    } else if compose {
-        Some(Decision::Compose)
-    } else {
-        None
-    };
+    let compose = labels_of(config)?.contains_key(COMPOSE_PROJECT_LABEL);
+    Ok(CreateFacts {
+        image,
+        auto_remove,
+        restart_policy,
+        compose,
+    })
+}
 
-    let (decision, set_auto_remove, reap) = match (policy, auto_remove, exception) {
-        (_, true, _) => (Decision::Rm, false, false),
-        (Policy::Audit, false, _) => (Decision::Audit, false, false),
-        // Compose containers stay until `docker compose down` or the pod's end.
-        (Policy::Collect, false, Some(Decision::Compose)) => (Decision::Compose, false, true),
-        (Policy::Collect, false, _) => (Decision::Collect, false, true),
-        (Policy::Reap, false, _) => (Decision::Reap, false, true),
-        (Policy::Rm | Policy::Deny, false, Some(exception)) => (exception, false, true),
-        (Policy::Rm, false, None) => (Decision::Rm, true, false),
-        (Policy::Deny, false, None) => {
-            return Ok(CreateVerdict {
-                decision: Decision::Deny,
-                body: None,
-                set_auto_remove: false,
-                name: None,
-                image,
-            });
+/// `HostConfig`'s `AutoRemove` and whether it has a restart policy (a name other than `no`).
+fn read_host_config(host: &mut Map<String, Value>) -> Result<(bool, bool), String> {
+    canonicalise(host, "AutoRemove")?;
+    canonicalise(host, "RestartPolicy")?;
+    let auto_remove = host.get("AutoRemove") == Some(&Value::Bool(true));
+    let restart_policy = match host.get_mut("RestartPolicy") {
+        Some(Value::Object(restart)) => {
+            canonicalise(restart, "Name")?;
+            restart
+                .get("Name")
+                .and_then(Value::as_str)
+                .is_some_and(|name| !name.is_empty() && name != "no")
         }
+        _ => false,
     };
+    Ok((auto_remove, restart_policy))
+}
 
+/// The body sent for an allowed create: `AutoRemove` set if the guard sets it, the owner
+/// label (and the reap label) added, everything else as the client sent it.
+fn rewrite_create(
+    mut config: Map<String, Value>,
+    owner: &str,
+    set_auto_remove: bool,
+    reap: bool,
+) -> Result<Vec<u8>, String> {
     if set_auto_remove {
         let host = config
             .entry("HostConfig")
@@ -624,21 +740,13 @@ fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<CreateVerdi
             host.insert("AutoRemove".to_string(), Value::Bool(true));
         }
     }
-    let mut labels = labels;
+    let mut labels = labels_of(&config)?;
     labels.insert(OWNER_LABEL.to_string(), Value::String(owner.to_string()));
     if reap {
         labels.insert(REAP_LABEL.to_string(), Value::String("true".to_string()));
     }
     config.insert("Labels".to_string(), Value::Object(labels));
-
-    let body = serde_json::to_vec(config).map_err(|e| format!("cannot encode the body: {e}"))?;
-    Ok(CreateVerdict {
-        decision,
-        body: Some(body),
-        set_auto_remove,
-        name: None,
-        image,
-    })
+    serde_json::to_vec(&config).map_err(|e| format!("cannot encode the body: {e}"))
 }
 
 /// Go's encoding/json field-name match: ASCII case-insensitive, plus the two non-ASCII
@@ -683,21 +791,49 @@ mod tests {
 
     const UID: &str = "0f7a1c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
 
-    fn create(policy: Policy, body: Value) -> CreateVerdict {
-        match decide(
-            policy,
-            UID,
-            "POST",
-            "/v1.41/containers/create?name=ci-job",
-            body.to_string().as_bytes(),
-        ) {
-            Outcome::Create(verdict) => verdict,
-            other => panic!("not a create verdict: {other:?}"),
+    /// The verdict on `method target` under `policy`, its body read.
+    fn judge(policy: Policy, method: &str, target: &str, body: &[u8]) -> GuardVerdict {
+        let request = GuardRequest {
+            method,
+            target,
+            form_body: false,
+            body: Some(body),
+        };
+        verdict(policy, UID, false, &request)
+    }
+
+    /// A container create judged under `policy`: the create's verdict, and the body sent
+    /// (`None` when refused).
+    struct Created {
+        verdict: CreateVerdict,
+        body: Option<Vec<u8>>,
+    }
+
+    impl std::ops::Deref for Created {
+        type Target = CreateVerdict;
+
+        fn deref(&self) -> &CreateVerdict {
+            &self.verdict
         }
     }
 
-    fn sent(verdict: &CreateVerdict) -> Value {
-        serde_json::from_slice(verdict.body.as_ref().expect("forwarded")).unwrap()
+    fn create(policy: Policy, body: Value) -> Created {
+        let target = "/v1.41/containers/create?name=ci-job";
+        let judged = judge(policy, "POST", target, body.to_string().as_bytes());
+        assert_eq!(judged.kind, RequestKind::ContainerCreate);
+        let Some(verdict) = judged.create else {
+            panic!("not a create verdict: {judged:?}");
+        };
+        let body = match judged.action {
+            Action::RewriteBody(sent) => Some(sent),
+            Action::Refuse(Refusal::NoRm) => None,
+            other => panic!("a create verdict with {other:?}"),
+        };
+        Created { verdict, body }
+    }
+
+    fn sent(created: &Created) -> Value {
+        serde_json::from_slice(created.body.as_ref().expect("forwarded")).unwrap()
     }
 
     #[test]
@@ -898,25 +1034,61 @@ mod tests {
         let compose = json!({"Image": "busybox", "Labels": {"com.docker.compose.project": "ci"}});
         // (policy, body, decision, AutoRemove sent, reap label)
         let table = [
-            (Policy::Rm, &plain, Decision::Rm, true, false),
-            (Policy::Rm, &with_rm, Decision::Rm, true, false),
-            (Policy::Rm, &restart, Decision::RestartPolicy, false, true),
-            (Policy::Rm, &restart_no, Decision::Rm, true, false),
-            (Policy::Rm, &compose, Decision::Compose, false, true),
-            (Policy::Deny, &with_rm, Decision::Rm, true, false),
-            (Policy::Deny, &restart, Decision::RestartPolicy, false, true),
-            (Policy::Deny, &compose, Decision::Compose, false, true),
-            (Policy::Reap, &plain, Decision::Reap, false, true),
-            (Policy::Reap, &restart, Decision::Reap, false, true),
-            (Policy::Reap, &with_rm, Decision::Rm, true, false),
-            (Policy::Audit, &plain, Decision::Audit, false, false),
-            (Policy::Audit, &restart, Decision::Audit, false, false),
-            (Policy::Audit, &with_rm, Decision::Rm, true, false),
-            (Policy::Collect, &plain, Decision::Collect, false, true),
-            (Policy::Collect, &restart, Decision::Collect, false, true),
-            (Policy::Collect, &restart_no, Decision::Collect, false, true),
-            (Policy::Collect, &compose, Decision::Compose, false, true),
-            (Policy::Collect, &with_rm, Decision::Rm, true, false),
+            (Policy::Rm, &plain, CreateDecision::Rm, true, false),
+            (Policy::Rm, &with_rm, CreateDecision::Rm, true, false),
+            (
+                Policy::Rm,
+                &restart,
+                CreateDecision::RestartPolicy,
+                false,
+                true,
+            ),
+            (Policy::Rm, &restart_no, CreateDecision::Rm, true, false),
+            (Policy::Rm, &compose, CreateDecision::Compose, false, true),
+            (Policy::Deny, &with_rm, CreateDecision::Rm, true, false),
+            (
+                Policy::Deny,
+                &restart,
+                CreateDecision::RestartPolicy,
+                false,
+                true,
+            ),
+            (Policy::Deny, &compose, CreateDecision::Compose, false, true),
+            (Policy::Reap, &plain, CreateDecision::Reap, false, true),
+            (Policy::Reap, &restart, CreateDecision::Reap, false, true),
+            (Policy::Reap, &with_rm, CreateDecision::Rm, true, false),
+            (Policy::Audit, &plain, CreateDecision::Audit, false, false),
+            (Policy::Audit, &restart, CreateDecision::Audit, false, false),
+            (Policy::Audit, &with_rm, CreateDecision::Rm, true, false),
+            (
+                Policy::Collect,
+                &plain,
+                CreateDecision::Collect,
+                false,
+                true,
+            ),
+            (
+                Policy::Collect,
+                &restart,
+                CreateDecision::Collect,
+                false,
+                true,
+            ),
+            (
+                Policy::Collect,
+                &restart_no,
+                CreateDecision::Collect,
+                false,
+                true,
+            ),
+            (
+                Policy::Collect,
+                &compose,
+                CreateDecision::Compose,
+                false,
+                true,
+            ),
+            (Policy::Collect, &with_rm, CreateDecision::Rm, true, false),
         ];
         for (policy, body, decision, auto_remove, reap) in table {
             let verdict = create(policy, body.clone());
@@ -946,8 +1118,9 @@ mod tests {
             json!({"Image": "busybox", "HostConfig": {"AutoRemove": false}}),
         ] {
             let verdict = create(Policy::Deny, body);
-            assert_eq!(verdict.decision, Decision::Deny);
+            assert_eq!(verdict.decision, CreateDecision::Deny);
             assert!(verdict.refused());
+            assert_eq!(verdict.body, None, "nothing is sent");
         }
     }
 
@@ -966,16 +1139,11 @@ mod tests {
     #[test]
     fn unknown_fields_and_order_survive_the_rewrite() {
         let body = r#"{"Hostname":"","Image":"busybox","Cmd":["true"],"HostConfig":{"Binds":null,"NetworkMode":"none","AutoRemove":false,"Future":{"x":1}},"Labels":{"a":"b"},"Zeta":1}"#;
-        let Outcome::Create(verdict) = decide(
-            Policy::Rm,
-            UID,
-            "POST",
-            "/containers/create",
-            body.as_bytes(),
-        ) else {
-            panic!("not a create");
+        let judged = judge(Policy::Rm, "POST", "/containers/create", body.as_bytes());
+        let Action::RewriteBody(sent) = judged.action else {
+            panic!("not a create: {judged:?}");
         };
-        let sent = String::from_utf8(verdict.body.unwrap()).unwrap();
+        let sent = String::from_utf8(sent).unwrap();
         assert_eq!(
             sent,
             format!(
@@ -1000,20 +1168,24 @@ mod tests {
             Policy::Deny,
             json!({"Image": "busybox", "hostconfig": {"autoremove": true}}),
         );
-        assert_eq!(verdict.decision, Decision::Rm);
+        assert_eq!(verdict.decision, CreateDecision::Rm);
         assert_eq!(sent(&verdict)["HostConfig"], json!({"AutoRemove": true}));
 
         let verdict = create(
             Policy::Rm,
             json!({"Image": "busybox", "hostConfig": {"restartpolicy": {"name": "always"}}}),
         );
-        assert_eq!(verdict.decision, Decision::RestartPolicy);
+        assert_eq!(verdict.decision, CreateDecision::RestartPolicy);
 
         let verdict = create(
             Policy::Rm,
             json!({"Image": "busybox", "Label\u{017F}": {"com.docker.compose.project": "p"}}),
         );
-        assert_eq!(verdict.decision, Decision::Compose, "LONG S folds to s");
+        assert_eq!(
+            verdict.decision,
+            CreateDecision::Compose,
+            "LONG S folds to s"
+        );
 
         let verdict = create(
             Policy::Audit,
@@ -1032,16 +1204,10 @@ mod tests {
             r#"{"Image":"busybox","Labels":{},"LABELS":{}}"#,
         ];
         for body in bodies {
-            let outcome = decide(
-                Policy::Deny,
-                UID,
-                "POST",
-                "/containers/create",
-                body.as_bytes(),
-            );
+            let judged = judge(Policy::Deny, "POST", "/containers/create", body.as_bytes());
             assert!(
-                matches!(&outcome, Outcome::Invalid(m) if m.contains("more than once")),
-                "{body}: {outcome:?}"
+                matches!(&judged.action, Action::Refuse(Refusal::Unjudgeable(m)) if m.contains("more than once")),
+                "{body}: {judged:?}"
             );
         }
     }
@@ -1056,30 +1222,24 @@ mod tests {
             br#"{"HostConfig":[]}"#,
             br#"{"Labels":"x"}"#,
         ] {
-            let outcome = decide(Policy::Rm, UID, "POST", "/containers/create", body);
+            let judged = judge(Policy::Rm, "POST", "/containers/create", body);
             assert!(
-                matches!(outcome, Outcome::Invalid(_)),
-                "{body:?}: {outcome:?}"
+                matches!(&judged.action, Action::Refuse(refusal @ Refusal::Unjudgeable(_)) if refusal.status() == 400),
+                "{body:?}: {judged:?}"
             );
         }
     }
 
     #[test]
     fn other_requests_pass_through_whatever_their_body() {
-        assert_eq!(
-            decide(
-                Policy::Deny,
-                UID,
-                "POST",
-                "/v1.41/containers/abc/start",
-                b"garbage"
-            ),
-            Outcome::PassThrough
-        );
-        assert_eq!(
-            decide(Policy::Deny, UID, "GET", "/v1.41/containers/create", b""),
-            Outcome::PassThrough
-        );
+        for (method, target) in [
+            ("POST", "/v1.41/containers/abc/start"),
+            ("GET", "/v1.41/containers/create"),
+        ] {
+            let judged = judge(Policy::Deny, method, target, b"garbage");
+            assert_eq!(judged.action, Action::Forward, "{method} {target}");
+            assert_eq!(judged.create, None, "{method} {target}");
+        }
     }
 
     #[test]
@@ -1109,8 +1269,25 @@ mod tests {
         }
     }
 
+    /// The verdict on `kind`'s request under `policy`, before any body is read.
+    fn verdict_on(
+        policy: Policy,
+        kind: RequestKind,
+        form_body: bool,
+        shutting_down: bool,
+    ) -> GuardVerdict {
+        let (method, target) = request_of(kind);
+        let request = GuardRequest {
+            method,
+            target,
+            form_body,
+            body: None,
+        };
+        verdict(policy, UID, shutting_down, &request)
+    }
+
     #[test]
-    fn every_policy_has_a_plan_for_every_request_kind() {
+    fn every_policy_has_a_verdict_for_every_request_kind() {
         let labelled_build = format!(
             "/v1.41/build?labels={}&rm=1&forcerm=1&t=app%3A1&labels=%7B%22a%22%3A%22b%22%7D",
             query_escape(&format!(r#"{{"a":"b","{IMAGE_OWNER_LABEL}":"{UID}"}}"#))
@@ -1122,59 +1299,113 @@ mod tests {
                 r#"LABEL {IMAGE_OWNER_LABEL}="{UID}" {OWNER_LABEL}="" {REAP_LABEL}="""#
             ))
         );
-        let swarm = Action::Refuse {
-            status: 403,
-            message: SWARM_MESSAGE,
-        };
-        use Action::{JudgeBody, Relay, Retarget};
+        use Action::{Forward, ReadBody, Refuse, RewriteTarget};
         use RequestKind::*;
         // (policy, kind) -> (action, recorded reference)
         let expected = |policy: Policy, kind: RequestKind| -> (Action, Option<&str>) {
             match (policy, kind) {
-                (_, ContainerCreate) => (JudgeBody, None),
-                (Policy::Collect, NetworkCreate) => (JudgeBody, None),
-                (_, NetworkCreate) => (Relay, None),
-                (Policy::Collect, Build) => (Retarget(labelled_build.clone()), None),
-                (Policy::Audit, Build) => (Relay, None),
-                (_, Build) => (Retarget(plain_build.to_string()), None),
-                (Policy::Audit, Swarm) => (Relay, None),
-                (_, Swarm) => (swarm.clone(), None),
-                (Policy::Collect, ImageTag) => (Relay, Some("ci/app:B1")),
-                (_, ImageTag) => (Relay, None),
-                (Policy::Collect, Commit) => (Retarget(labelled_commit.clone()), None),
-                (_, Commit) => (Relay, None),
-                (_, Other) => (Relay, None),
+                (_, ContainerCreate) => (ReadBody, None),
+                (Policy::Collect, NetworkCreate) => (ReadBody, None),
+                (_, NetworkCreate) => (Forward, None),
+                (Policy::Collect, Build) => (RewriteTarget(labelled_build.clone()), None),
+                (Policy::Audit, Build) => (Forward, None),
+                (_, Build) => (RewriteTarget(plain_build.to_string()), None),
+                (Policy::Audit, Swarm) => (Forward, None),
+                (_, Swarm) => (Refuse(Refusal::Swarm), None),
+                (Policy::Collect, ImageTag) => (Forward, Some("ci/app:B1")),
+                (_, ImageTag) => (Forward, None),
+                (Policy::Collect, Commit) => (RewriteTarget(labelled_commit.clone()), None),
+                (_, Commit) => (Forward, None),
+                (_, Other) => (Forward, None),
             }
         };
         for policy in Policy::ALL {
             for kind in RequestKind::ALL {
                 let (method, target) = request_of(kind);
                 assert_eq!(classify(method, target), kind, "{target}");
-                let plan = plan(policy, UID, method, target, false);
+                let verdict = verdict_on(policy, kind, false, false);
                 let (action, records) = expected(policy, kind);
-                assert_eq!(plan.kind, kind);
-                assert_eq!(plan.action, action, "{policy} {kind:?}");
-                assert_eq!(plan.records.as_deref(), records, "{policy} {kind:?}");
+                assert_eq!(verdict.kind, kind);
+                assert_eq!(verdict.action, action, "{policy} {kind:?}");
+                assert_eq!(verdict.records.as_deref(), records, "{policy} {kind:?}");
+                assert_eq!(verdict.create, None, "{policy} {kind:?}");
+                // Shutting down refuses exactly what would be judged on its body.
+                let closing = verdict_on(policy, kind, false, true);
+                if action == ReadBody {
+                    assert_eq!(
+                        closing.action,
+                        Refuse(Refusal::ShuttingDown),
+                        "{policy} {kind:?}"
+                    );
+                } else {
+                    assert_eq!(closing, verdict, "{policy} {kind:?}");
+                }
             }
         }
     }
 
     #[test]
-    fn a_build_with_a_form_body_is_refused_under_every_policy_but_audit() {
-        let (method, target) = request_of(RequestKind::Build);
+    fn every_policy_judges_the_bodies_it_reads() {
+        use RequestKind::*;
+        let create = json!({"Image": "busybox"}).to_string();
+        let network = json!({"Name": "ci"}).to_string();
         for policy in Policy::ALL {
-            let action = plan(policy, UID, method, target, true).action;
+            for kind in [ContainerCreate, NetworkCreate] {
+                if verdict_on(policy, kind, false, false).action != Action::ReadBody {
+                    continue;
+                }
+                let (method, target) = request_of(kind);
+                let body = if kind == ContainerCreate {
+                    &create
+                } else {
+                    &network
+                };
+                let judged = judge(policy, method, target, body.as_bytes());
+                assert_eq!(judged.kind, kind);
+                assert_eq!(judged.records, None);
+                match (&judged.action, &judged.create) {
+                    (Action::Refuse(Refusal::NoRm), Some(create)) => {
+                        assert_eq!(policy, Policy::Deny);
+                        assert_eq!(create.decision, CreateDecision::Deny);
+                    }
+                    (Action::RewriteBody(sent), create) => {
+                        let sent: Value = serde_json::from_slice(sent).unwrap();
+                        assert_eq!(sent["Labels"][OWNER_LABEL], json!(UID), "{policy} {kind:?}");
+                        assert_eq!(
+                            create.is_some(),
+                            kind == ContainerCreate,
+                            "{policy} {kind:?}"
+                        );
+                    }
+                    other => panic!("{policy} {kind:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_refusal_has_its_status_and_message() {
+        let unjudgeable = Refusal::Unjudgeable("podmend guard: cannot judge".to_string());
+        for (refusal, status, message) in [
+            (Refusal::Swarm, 403, SWARM_MESSAGE),
+            (Refusal::BuildForm, 400, BUILD_FORM_MESSAGE),
+            (Refusal::NoRm, 403, DENY_MESSAGE),
+            (Refusal::ShuttingDown, 503, SHUTTING_DOWN_MESSAGE),
+            (unjudgeable, 400, "podmend guard: cannot judge"),
+        ] {
+            assert_eq!(refusal.status(), status, "{refusal:?}");
+            assert_eq!(refusal.message(), message, "{refusal:?}");
+        }
+    }
+
+    #[test]
+    fn a_build_with_a_form_body_is_refused_under_every_policy_but_audit() {
+        for policy in Policy::ALL {
+            let action = verdict_on(policy, RequestKind::Build, true, false).action;
             if policy == Policy::Audit {
-                assert_eq!(action, Action::Relay);
+                assert_eq!(action, Action::Forward);
             } else {
-                assert_eq!(
-                    action,
-                    Action::Refuse {
-                        status: 400,
-                        message: BUILD_FORM_MESSAGE
-                    },
-                    "{policy}"
-                );
+                assert_eq!(action, Action::Refuse(Refusal::BuildForm), "{policy}");
             }
         }
     }
@@ -1242,8 +1473,8 @@ mod tests {
     fn network_creates_get_the_owner_label_under_collect_only() {
         let body =
             br#"{"Name":"ci","labels":{"a":"b","podmend.io/owner-pod":"x"},"Driver":"bridge"}"#;
-        let Outcome::Network(sent) =
-            decide(Policy::Collect, UID, "POST", "/v1.41/networks/create", body)
+        let Action::RewriteBody(sent) =
+            judge(Policy::Collect, "POST", "/v1.41/networks/create", body).action
         else {
             panic!("not labelled");
         };
@@ -1254,13 +1485,13 @@ mod tests {
         );
         for policy in [Policy::Rm, Policy::Deny, Policy::Reap, Policy::Audit] {
             assert_eq!(
-                decide(policy, UID, "POST", "/networks/create", body),
-                Outcome::PassThrough
+                judge(policy, "POST", "/networks/create", body).action,
+                Action::Forward
             );
         }
         assert!(matches!(
-            decide(Policy::Collect, UID, "POST", "/networks/create", b"[]"),
-            Outcome::Invalid(_)
+            judge(Policy::Collect, "POST", "/networks/create", b"[]").action,
+            Action::Refuse(Refusal::Unjudgeable(_))
         ));
     }
 }

@@ -1,9 +1,35 @@
-//! One client connection of the guard: every request on it relayed in turn over one daemon
-//! connection (bodies streamed both ways, no body timeout), container and network creates,
-//! swarm requests, builds, tags and commits planned by [`policy`](super::policy), and
-//! upgraded (`101`) or hijacked (`200` then raw) connections relayed byte for byte with
+//! One client connection of the guard: a pipe that frames and forwards. Every request on it
+//! is framed ([`http`](super::http)), judged by the policy's one pure function
+//! ([`policy::verdict`]: forward, rewrite or refuse, with the reason) and applied, then
+//! relayed in turn over one daemon connection (bodies streamed both ways, no body timeout);
+//! upgraded (`101`) or hijacked (`200` then raw) connections are relayed byte for byte with
 //! half-close. A request that arrives before the daemon has ever answered waits for it
 //! (bounded). Never panics on input; errors end the connection.
+//!
+//! # Why a hand-written HTTP/1.1 relay, not hyper or a generic proxy
+//!
+//! - **Docker's hijack is not an HTTP upgrade.** `attach` and `exec start` without an
+//!   `Upgrade` header (the Debian 20.10 CLI, compose, SDKs) are answered `200 OK` with no
+//!   length and no chunking, and from then on both directions are the container's raw
+//!   stdin/stdout. hyper (and proxies built on it) treat that as a response body read until
+//!   close and stop reading the client once its request body ended: stdin never arrives.
+//!   Only a `101` is an upgrade to them; here a `200` with no framing turns the connection
+//!   raw too ([`relay_response`]).
+//! - **Half-close.** `docker run -i` ends stdin with a half-close and keeps reading the
+//!   output: an end of stream on one side is passed on as `shutdown(SHUT_WR)` while the other
+//!   direction keeps flowing ([`relay_raw`]). A relay that closes both ways loses the tail
+//!   of the output.
+//! - **The framing must match dockerd's exactly.** The guard judges the request dockerd will
+//!   route; if the two read the bytes differently (a `Content-Length` beside chunking, two
+//!   lengths, `Transfer-Encoding` on HTTP/1.0, obs-fold, a bare CR) a create could pass
+//!   unjudged, hidden in what the guard took for a body. So requests are parsed as strictly
+//!   as Go's server parses them or more, refused when ambiguous, and re-encoded from what was
+//!   parsed; a general-purpose library accepts (and normalises) what we must refuse.
+//! - **Exactly one daemon connection per client connection, in order.** Requests are relayed
+//!   one at a time (pipelined ones wait their turn), so the daemon sees what the client sent
+//!   in the order sent, `Expect: 100-continue` is answered only for bodies the guard reads,
+//!   and a client that hangs up cancels the daemon's stream (`docker logs -f`), as Go's
+//!   server does.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -19,8 +45,10 @@ use super::http::{
     ResponseHead,
 };
 use super::metrics::GuardMetrics;
-use super::policy::{self, Action, DENY_MESSAGE, MAX_CREATE_BODY, Outcome, Policy, RequestKind};
-use super::upstream::{BoxStream, Upstream};
+use super::policy::{
+    self, Action, GuardRequest, GuardVerdict, MAX_CREATE_BODY, Policy, Refusal, RequestKind,
+};
+use super::upstream::{BoxStream, DaemonUpstream};
 
 /// How long a closing connection keeps reading what the client still sends, so the client
 /// sees the last answer instead of a reset.
@@ -54,7 +82,7 @@ pub enum ProxyError {
 /// What every connection shares: where the daemon is and how creates are judged.
 #[derive(Debug)]
 pub struct Shared {
-    pub upstream: Upstream,
+    pub upstream: DaemonUpstream,
     pub policy: Policy,
     pub owner_pod_uid: String,
     pub metrics: Arc<GuardMetrics>,
@@ -73,7 +101,7 @@ pub struct Shared {
 
 impl Shared {
     pub fn new(
-        upstream: Upstream,
+        upstream: DaemonUpstream,
         policy: Policy,
         owner_pod_uid: &str,
         metrics: Arc<GuardMetrics>,
@@ -193,7 +221,8 @@ pub async fn serve_connection(client: BoxStream, shared: Arc<Shared>) {
     linger_close(&mut client_in, &mut client_out).await;
 }
 
-/// Requests one after another until the connection ends or turns raw.
+/// Requests one after another until the connection ends or turns raw: each is framed,
+/// judged ([`judge`]), and forwarded with its answer relayed ([`forward`]).
 async fn run(
     client_in: &mut ClientIn,
     client_out: &mut ClientOut,
@@ -214,205 +243,303 @@ async fn run(
                 }
             };
         let close_after = request.wants_close();
-        let form_body = request
-            .headers
-            .all("content-type")
-            .any(policy::is_form_content_type);
-        let plan = policy::plan(
+        let (body, records) =
+            match judge(client_in, client_out, &mut request, body_length, shared).await? {
+                Judged::Forward { body, records } => (body, records),
+                Judged::Answered { close: false } => continue,
+                Judged::Answered { close: true } => return Ok(Next::Close),
+            };
+        // A body the guard read goes from memory; any other streams through.
+        let streamed_body = match body {
+            Some(_) => BodyLength::Empty,
+            None => body_length,
+        };
+        let outgoing = Outgoing {
+            request: &request,
+            body,
+            streamed_body,
+            records,
+        };
+        match forward(client_in, client_out, daemon, shared, outgoing).await? {
+            Next::KeepAlive if !close_after => {}
+            Next::KeepAlive | Next::Close => return Ok(Next::Close),
+            Next::Raw => return Ok(Next::Raw),
+        }
+    }
+}
+
+/// What the policy made of a request.
+enum Judged {
+    /// Forward it: with `body` when the guard read (and maybe rewrote) it, and `records`
+    /// to remember on success.
+    Forward {
+        body: Option<Vec<u8>>,
+        records: Option<String>,
+    },
+    /// The guard answered the client itself; `close` ends the connection.
+    Answered { close: bool },
+}
+
+/// Asks the policy about `request` ([`policy::verdict`]), reading its body first when the
+/// policy judges it, counts and logs the verdict, and applies it: a refusal is answered
+/// here, a rewrite changes `request` (a body read is sent with a matching length).
+async fn judge(
+    client_in: &mut ClientIn,
+    client_out: &mut ClientOut,
+    request: &mut RequestHead,
+    body_length: BodyLength,
+    shared: &Shared,
+) -> Result<Judged, ProxyError> {
+    let form_body = request
+        .headers
+        .all("content-type")
+        .any(policy::is_form_content_type);
+    let shutting_down = shared.shutting_down.load(Ordering::Acquire);
+    let ask = |request: &RequestHead, body: Option<&[u8]>| {
+        let question = GuardRequest {
+            method: &request.method,
+            target: &request.target,
+            form_body,
+            body,
+        };
+        policy::verdict(
             shared.policy,
             &shared.owner_pod_uid,
-            &request.method,
-            &request.target,
-            form_body,
-        );
-        if plan.kind == RequestKind::Swarm {
-            let refused = matches!(plan.action, Action::Refuse { .. });
-            shared.metrics.swarm_request(refused);
-            tracing::info!(
-                path = %request.target,
-                policy = %shared.policy,
-                refused,
-                "swarm request"
-            );
-        }
-
-        let mut create_body = None;
-        let mut streamed_body = body_length;
-        match plan.action {
-            Action::Relay => {}
-            Action::Refuse { status, message } => {
-                if plan.kind == RequestKind::Build {
-                    tracing::info!(path = %request.target, "build with a form body refused");
-                }
-                // The body is not read: closing is simpler than framing it away.
-                reply(client_out, status, message, true).await?;
-                return Ok(Next::Close);
-            }
-            Action::Retarget(target) => {
-                tracing::debug!(from = %request.target, to = %target, "request relayed with a new target");
-                request.target = target;
-            }
-            Action::JudgeBody => {
-                if shared.shutting_down.load(Ordering::Acquire) {
-                    let message = "podmend guard: the pod is shutting down; no new containers";
-                    reply(client_out, 503, message, true).await?;
-                    return Ok(Next::Close);
-                }
-                if request.headers.has_token("expect", "100-continue") {
-                    request.headers.remove("expect");
-                    client_out
-                        .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                        .await
-                        .map_err(ProxyError::ClientWrite)?;
-                }
-                let body = match client_in.read_body(body_length, MAX_CREATE_BODY).await {
-                    Ok(body) => body,
-                    Err(ReadBodyError::TooLarge) => {
-                        let message = format!(
-                            "podmend guard: the create body is larger than {} MiB",
-                            MAX_CREATE_BODY >> 20
-                        );
-                        reply(client_out, 413, &message, true).await?;
-                        return Ok(Next::Close);
-                    }
-                    Err(ReadBodyError::Framing(error)) => {
-                        let message = format!("podmend guard: malformed HTTP request: {error}");
-                        reply(client_out, 400, &message, true).await?;
-                        return Err(ProxyError::Request(error));
-                    }
-                    Err(ReadBodyError::Io(error)) => return Err(ProxyError::ClientRead(error)),
-                    Err(ReadBodyError::Truncated) => return Err(ProxyError::ClientGone),
-                };
-                match policy::decide(
-                    shared.policy,
-                    &shared.owner_pod_uid,
-                    &request.method,
-                    &request.target,
-                    &body,
-                ) {
-                    Outcome::PassThrough => create_body = Some(body),
-                    Outcome::Invalid(message) => {
-                        tracing::info!(path = %request.target, %message, "create refused");
-                        reply(client_out, 400, &message, close_after).await?;
-                        if close_after {
-                            return Ok(Next::Close);
-                        }
-                        continue;
-                    }
-                    Outcome::Network(body) => {
-                        tracing::info!(path = %request.target, "network create labelled");
-                        request.set_content_length(body.len());
-                        create_body = Some(body);
-                    }
-                    Outcome::Create(verdict) => {
-                        shared.metrics.create(verdict.decision);
-                        tracing::info!(
-                            path = %request.target,
-                            decision = %verdict.decision,
-                            policy = %shared.policy,
-                            name = verdict.name.as_deref().unwrap_or(""),
-                            image = verdict.image.as_deref().unwrap_or(""),
-                            set_auto_remove = verdict.set_auto_remove,
-                            "container create"
-                        );
-                        match verdict.body {
-                            None => {
-                                reply(client_out, 403, DENY_MESSAGE, close_after).await?;
-                                if close_after {
-                                    return Ok(Next::Close);
-                                }
-                                continue;
-                            }
-                            Some(body) => {
-                                request.set_content_length(body.len());
-                                create_body = Some(body);
-                            }
-                        }
-                    }
-                }
-                streamed_body = BodyLength::Empty;
-            }
-        }
-
-        // The daemon connection: kept across requests, opened on first use.
-        if daemon.is_none() {
-            match shared.connect_upstream().await {
-                Ok(stream) => {
-                    let (read, write) = tokio::io::split(stream);
-                    *daemon = Some(Daemon {
-                        input: Reader::new(read),
-                        output: write,
-                    });
-                }
-                Err(source) => {
-                    shared.metrics.upstream_error();
-                    let error = ProxyError::Connect {
-                        address: shared.upstream.address().to_string(),
-                        source,
-                    };
-                    tracing::warn!(%error, "cannot forward a request");
-                    reply(client_out, 502, &format!("podmend guard: {error}"), true).await?;
-                    return Err(error);
-                }
-            }
-        }
-        let Some(connection) = daemon.as_mut() else {
-            return Ok(Next::Close);
+            shutting_down,
+            &question,
+        )
+    };
+    let mut verdict = ask(request, None);
+    let mut body = None;
+    if verdict.action == Action::ReadBody {
+        let Some(read) = read_judged_body(client_in, client_out, request, body_length).await?
+        else {
+            return Ok(Judged::Answered { close: true });
         };
-        let mut bytes = request.encode();
-        if let Some(body) = create_body {
-            bytes.extend_from_slice(&body);
+        verdict = ask(request, Some(&read));
+        body = Some(read);
+    }
+    observe(shared, &request.target, &verdict);
+    match verdict.action {
+        Action::Refuse(refusal) => {
+            // A body not read cannot be framed away: closing is simpler.
+            let close = request.wants_close() || body.is_none();
+            reply(client_out, refusal.status(), refusal.message(), close).await?;
+            return Ok(Judged::Answered { close });
         }
-        let sent = async {
-            connection.output.write_all(&bytes).await?;
-            connection.output.flush().await
-        };
-        if let Err(source) = sent.await {
-            shared.metrics.upstream_error();
-            let error = ProxyError::Daemon(source);
+        Action::Forward | Action::ReadBody => {}
+        Action::RewriteTarget(target) => request.target = target,
+        Action::RewriteBody(rewritten) => body = Some(rewritten),
+    }
+    if let Some(body) = &body {
+        request.set_content_length(body.len());
+    }
+    Ok(Judged::Forward {
+        body,
+        records: verdict.records,
+    })
+}
+
+/// Reads a body the policy judges (answering `100 Continue` first when the client waits for
+/// it). `None` when it is too large: the client was answered `413`.
+async fn read_judged_body(
+    client_in: &mut ClientIn,
+    client_out: &mut ClientOut,
+    request: &mut RequestHead,
+    body_length: BodyLength,
+) -> Result<Option<Vec<u8>>, ProxyError> {
+    if request.headers.has_token("expect", "100-continue") {
+        request.headers.remove("expect");
+        client_out
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .await
+            .map_err(ProxyError::ClientWrite)?;
+    }
+    match client_in.read_body(body_length, MAX_CREATE_BODY).await {
+        Ok(body) => Ok(Some(body)),
+        Err(ReadBodyError::TooLarge) => {
             let message = format!(
-                "podmend guard: cannot reach the Docker daemon at {}: {error}",
+                "podmend guard: the create body is larger than {} MiB",
+                MAX_CREATE_BODY >> 20
+            );
+            reply(client_out, 413, &message, true).await?;
+            Ok(None)
+        }
+        Err(ReadBodyError::Framing(error)) => {
+            let message = format!("podmend guard: malformed HTTP request: {error}");
+            reply(client_out, 400, &message, true).await?;
+            Err(ProxyError::Request(error))
+        }
+        Err(ReadBodyError::Io(error)) => Err(ProxyError::ClientRead(error)),
+        Err(ReadBodyError::Truncated) => Err(ProxyError::ClientGone),
+    }
+}
+
+/// Counts and logs what the policy decided about the request to `target`.
+fn observe(shared: &Shared, target: &str, verdict: &GuardVerdict) {
+    let refused = matches!(verdict.action, Action::Refuse(_));
+    match (&verdict.kind, &verdict.action) {
+        (RequestKind::Swarm, _) => {
+            shared.metrics.swarm_request(refused);
+            tracing::info!(path = %target, policy = %shared.policy, refused, "swarm request");
+        }
+        (RequestKind::Build, Action::Refuse(_)) => {
+            tracing::info!(path = %target, "build with a form body refused");
+        }
+        (_, Action::RewriteTarget(to)) => {
+            tracing::debug!(from = %target, to = %to, "request relayed with a new target");
+        }
+        (RequestKind::NetworkCreate, Action::RewriteBody(_)) => {
+            tracing::info!(path = %target, "network create labelled");
+        }
+        (_, Action::Refuse(Refusal::Unjudgeable(message))) => {
+            tracing::info!(path = %target, %message, "create refused");
+        }
+        _ => {}
+    }
+    if let Some(create) = &verdict.create {
+        shared.metrics.create(create.decision);
+        tracing::info!(
+            path = %target,
+            decision = %create.decision,
+            policy = %shared.policy,
+            name = create.name.as_deref().unwrap_or(""),
+            image = create.image.as_deref().unwrap_or(""),
+            set_auto_remove = create.set_auto_remove,
+            "container create"
+        );
+    }
+}
+
+/// A judged request on its way to the daemon.
+struct Outgoing<'a> {
+    request: &'a RequestHead,
+    /// The body from memory (read by the guard), or `None` to stream `streamed_body`.
+    body: Option<Vec<u8>>,
+    streamed_body: BodyLength,
+    /// An image reference to remember if the daemon answers with success.
+    records: Option<String>,
+}
+
+/// Sends the request over the daemon connection (opened on first use, kept across
+/// requests) and relays the exchange; a daemon failure is answered `502` unless the client
+/// already has (part of) an answer.
+async fn forward(
+    client_in: &mut ClientIn,
+    client_out: &mut ClientOut,
+    daemon: &mut Option<Daemon>,
+    shared: &Shared,
+    outgoing: Outgoing<'_>,
+) -> Result<Next, ProxyError> {
+    let connection = match daemon {
+        Some(connection) => connection,
+        None => daemon.insert(open_daemon(client_out, shared).await?),
+    };
+    send(
+        client_out,
+        connection,
+        shared,
+        outgoing.request,
+        outgoing.body,
+    )
+    .await?;
+    let mut status = 0;
+    let method = &outgoing.request.method;
+    let next = exchange(
+        client_in,
+        client_out,
+        connection,
+        outgoing.streamed_body,
+        method,
+        &mut status,
+    )
+    .await;
+    if let Some(reference) = outgoing.records
+        && (200..300).contains(&status)
+    {
+        shared.record_image(reference);
+    }
+    match next {
+        Ok(next) => Ok(next),
+        Err((error, answered)) => Err(exchange_failed(client_out, shared, error, answered).await),
+    }
+}
+
+/// Writes the request head (and a body from memory) to the daemon; when that fails, the
+/// client is answered `502`.
+async fn send(
+    client_out: &mut ClientOut,
+    connection: &mut Daemon,
+    shared: &Shared,
+    request: &RequestHead,
+    body: Option<Vec<u8>>,
+) -> Result<(), ProxyError> {
+    let mut bytes = request.encode();
+    if let Some(body) = body {
+        bytes.extend_from_slice(&body);
+    }
+    let sent = async {
+        connection.output.write_all(&bytes).await?;
+        connection.output.flush().await
+    };
+    let Err(source) = sent.await else {
+        return Ok(());
+    };
+    shared.metrics.upstream_error();
+    let error = ProxyError::Daemon(source);
+    let message = format!(
+        "podmend guard: cannot reach the Docker daemon at {}: {error}",
+        shared.upstream.address()
+    );
+    reply(client_out, 502, &message, true).await?;
+    Err(error)
+}
+
+/// The error an exchange ended with; a daemon failure is counted, and answered `502` unless
+/// the client already has (part of) an answer.
+async fn exchange_failed(
+    client_out: &mut ClientOut,
+    shared: &Shared,
+    error: ProxyError,
+    answered: bool,
+) -> ProxyError {
+    if matches!(
+        error,
+        ProxyError::Daemon(_) | ProxyError::NoResponse | ProxyError::Response(_)
+    ) {
+        shared.metrics.upstream_error();
+        if !answered {
+            let message = format!(
+                "podmend guard: the Docker daemon at {} failed: {error}",
                 shared.upstream.address()
             );
-            reply(client_out, 502, &message, true).await?;
-            return Err(error);
-        }
-
-        let mut status = 0;
-        let next = exchange(
-            client_in,
-            client_out,
-            connection,
-            streamed_body,
-            &request.method,
-            &mut status,
-        )
-        .await;
-        if let Some(reference) = plan.records
-            && (200..300).contains(&status)
-        {
-            shared.record_image(reference);
-        }
-        match next {
-            Ok(Next::KeepAlive) if !close_after => {}
-            Ok(Next::KeepAlive | Next::Close) => return Ok(Next::Close),
-            Ok(Next::Raw) => return Ok(Next::Raw),
-            Err((error, answered)) => {
-                if matches!(
-                    error,
-                    ProxyError::Daemon(_) | ProxyError::NoResponse | ProxyError::Response(_)
-                ) {
-                    shared.metrics.upstream_error();
-                    if !answered {
-                        let message = format!(
-                            "podmend guard: the Docker daemon at {} failed: {error}",
-                            shared.upstream.address()
-                        );
-                        reply(client_out, 502, &message, true).await?;
-                    }
-                }
-                return Err(error);
+            if let Err(reply_error) = reply(client_out, 502, &message, true).await {
+                return reply_error;
             }
+        }
+    }
+    error
+}
+
+/// A new daemon connection; when it cannot be made, the client is answered `502`.
+async fn open_daemon(client_out: &mut ClientOut, shared: &Shared) -> Result<Daemon, ProxyError> {
+    match shared.connect_upstream().await {
+        Ok(stream) => {
+            let (read, write) = tokio::io::split(stream);
+            Ok(Daemon {
+                input: Reader::new(read),
+                output: write,
+            })
+        }
+        Err(source) => {
+            shared.metrics.upstream_error();
+            let error = ProxyError::Connect {
+                address: shared.upstream.address().to_string(),
+                source,
+            };
+            tracing::warn!(%error, "cannot forward a request");
+            reply(client_out, 502, &format!("podmend guard: {error}"), true).await?;
+            Err(error)
         }
     }
 }
@@ -696,7 +823,7 @@ mod tests {
         let seen = recording_daemon(&socket).await;
         let metrics = Arc::new(GuardMetrics::new());
         let shared = Arc::new(Shared::new(
-            Upstream::new(Address::Unix(socket), None).expect("upstream"),
+            DaemonUpstream::new(Address::Unix(socket), None).expect("upstream"),
             policy,
             "uid-1",
             Arc::clone(&metrics),
@@ -832,7 +959,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("later.sock");
         let shared = Arc::new(Shared::new(
-            Upstream::new(Address::Unix(socket.clone()), None).expect("upstream"),
+            DaemonUpstream::new(Address::Unix(socket.clone()), None).expect("upstream"),
             Policy::Collect,
             "uid-1",
             Arc::new(GuardMetrics::new()),

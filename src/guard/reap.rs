@@ -202,6 +202,19 @@ pub struct ImageBudget {
     pub min_age: Duration,
 }
 
+impl ImageBudget {
+    /// A budget from `high` down to `low` bytes, for images older than `min_age`; `low` must
+    /// not be above `high`.
+    pub fn new(high: u64, low: u64, min_age: Duration) -> Result<Self, super::GuardError> {
+        if low > high {
+            return Err(super::GuardError::Usage(format!(
+                "--images-low ({low} bytes) must not be above --images-high ({high} bytes)"
+            )));
+        }
+        Ok(Self { high, low, min_age })
+    }
+}
+
 /// What `guard reap` did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReapReport {
@@ -215,6 +228,9 @@ pub struct ReapReport {
     pub images_removed: usize,
 }
 
+/// A container `guard reap` removes, and why.
+type Doomed = (ContainerSummary, String);
+
 /// `podmend guard reap`, one pass: prints one line per container it removes (or, with
 /// `dry_run`, would remove) to `out`.
 pub async fn reap(
@@ -227,62 +243,30 @@ pub async fn reap(
     // Containers first, pods second: a container listed before the pods were is never
     // mistaken for an orphan because its pod was created in between.
     let containers = client.containers_with_label(OWNER_LABEL).await?;
-    let mut doomed: Vec<(ContainerSummary, String)> = Vec::new();
-    let mut kept = 0;
-    let reason = match mode {
-        ReapMode::OwnerGone { .. } => Reason::OwnerGone,
-        ReapMode::StoppedFor(_) => Reason::OlderThan,
-    };
-    match mode {
+    let (doomed, kept, reason) = match mode {
         ReapMode::OwnerGone { kubeconfig, node } => {
             let pods = live_pod_uids(kubeconfig.as_deref(), node.as_deref()).await?;
-            for container in containers {
-                let owner = container.label(OWNER_LABEL).unwrap_or_default().to_string();
-                // A blank owner is inherited from a committed image, not set by a guard.
-                if owner.is_empty() || pods.contains(&owner) {
-                    kept += 1;
-                } else {
-                    doomed.push((container, "its owner pod no longer exists".to_string()));
-                }
-            }
+            let (doomed, kept) = orphans(containers, &pods);
+            (doomed, kept, Reason::OwnerGone)
         }
         ReapMode::StoppedFor(age) => {
-            let now = unix_now();
-            for container in containers {
-                if !container.is_stopped() || container.label(OWNER_LABEL) == Some("") {
-                    kept += 1;
-                    continue;
-                }
-                let stopped = match client.finished_at(&container.id).await {
-                    Ok(finished) => finished.unwrap_or(container.created),
-                    Err(DockerError::Status { status: 404, .. }) => continue,
-                    Err(error) => return Err(error.into()),
-                };
-                let idle = Duration::from_secs(now.saturating_sub(stopped).max(0) as u64);
-                if idle >= *age {
-                    let reason = format!("{} for {}", container.state, format_duration(idle));
-                    doomed.push((container, reason));
-                } else {
-                    kept += 1;
-                }
-            }
+            let (doomed, kept) = stopped_for(client, containers, *age).await?;
+            (doomed, kept, Reason::OlderThan)
         }
-    }
-
+    };
     let mut report = ReapReport {
         kept,
         ..ReapReport::default()
     };
     for (container, why) in doomed {
         let owner = container.label(OWNER_LABEL).unwrap_or_default();
+        let name = match container.name() {
+            "" => "-",
+            name => name,
+        };
         let describe = format!(
-            "{} {} {OWNER_LABEL}={owner} ({why})",
-            container.short_id(),
-            if container.name().is_empty() {
-                "-"
-            } else {
-                container.name()
-            },
+            "{} {name} {OWNER_LABEL}={owner} ({why})",
+            container.short_id()
         );
         if dry_run {
             writeln!(out, "would remove {describe}").map_err(ReapError::Output)?;
@@ -302,6 +286,53 @@ pub async fn reap(
         }
     }
     Ok(report)
+}
+
+/// The containers whose owner is not among the live `pods`, and how many others are kept.
+fn orphans(containers: Vec<ContainerSummary>, pods: &HashSet<String>) -> (Vec<Doomed>, usize) {
+    let mut doomed = Vec::new();
+    let mut kept = 0;
+    for container in containers {
+        let owner = container.label(OWNER_LABEL).unwrap_or_default();
+        // A blank owner is inherited from a committed image, not set by a guard.
+        if owner.is_empty() || pods.contains(owner) {
+            kept += 1;
+        } else {
+            doomed.push((container, "its owner pod no longer exists".to_string()));
+        }
+    }
+    (doomed, kept)
+}
+
+/// The stopped containers that stopped (or were created, if never started) at least `age`
+/// ago, and how many others are kept.
+async fn stopped_for(
+    client: &DockerClient,
+    containers: Vec<ContainerSummary>,
+    age: Duration,
+) -> Result<(Vec<Doomed>, usize), ReapError> {
+    let now = unix_now();
+    let mut doomed = Vec::new();
+    let mut kept = 0;
+    for container in containers {
+        if !container.is_stopped() || container.label(OWNER_LABEL) == Some("") {
+            kept += 1;
+            continue;
+        }
+        let stopped = match client.finished_at(&container.id).await {
+            Ok(finished) => finished.unwrap_or(container.created),
+            Err(DockerError::Status { status: 404, .. }) => continue,
+            Err(error) => return Err(error.into()),
+        };
+        let idle = Duration::from_secs(now.saturating_sub(stopped).max(0) as u64);
+        if idle >= age {
+            let reason = format!("{} for {}", container.state, format_duration(idle));
+            doomed.push((container, reason));
+        } else {
+            kept += 1;
+        }
+    }
+    Ok((doomed, kept))
 }
 
 /// The UIDs of every pod that has not finished (phase neither Succeeded nor Failed: its
@@ -425,63 +456,30 @@ pub async fn image_budget(
     out: &mut dyn Write,
     metrics: &GuardMetrics,
 ) -> Result<usize, ReapError> {
-    let mut removed = 0;
-    let mut tried: HashSet<String> = HashSet::new();
+    let mut pass = BudgetPass {
+        client,
+        budget,
+        dry_run,
+        metrics,
+        tried: HashSet::new(),
+        removed: 0,
+    };
     for round in 0..BUDGET_ROUNDS {
         let now = unix_now();
-        let usage = client.disk_usage().await?;
-        let layers = u64::try_from(usage.layers_size).unwrap_or(0);
-        let images = usage.images.unwrap_or_default();
-        let used: HashSet<String> = client
-            .all_containers()
-            .await?
-            .into_iter()
-            .map(|c| c.image_id)
-            .collect();
-        let parents: HashSet<String> = client
-            .all_images()
-            .await?
-            .into_iter()
-            .map(|i| i.parent_id)
-            .filter(|p| !p.is_empty())
-            .collect();
-        let judged = remember(client, memory, &images, &used, &parents, now).await;
-        if round == 0 && layers <= budget.high {
-            tracing::debug!(layers, high = budget.high, "images within the budget");
+        let listing = list_images(client, memory, now).await?;
+        if round == 0 && listing.layers <= budget.high {
+            tracing::debug!(
+                layers = listing.layers,
+                high = budget.high,
+                "images within the budget"
+            );
             return Ok(0);
         }
-        if layers <= budget.low {
+        if listing.layers <= budget.low {
             break;
         }
-        let mut estimate = layers;
-        let order = budget_order(&judged, now, budget.min_age);
-        let mut any = false;
-        for image in order {
-            if estimate <= budget.low {
-                break;
-            }
-            if !tried.insert(image.id.clone()) {
-                continue;
-            }
-            any = true;
-            let Some(summary) = images.iter().find(|i| i.id == image.id) else {
-                continue;
-            };
-            let describe = describe_image(summary, &image.record, now);
-            if dry_run {
-                writeln!(out, "would remove image {describe}").map_err(ReapError::Output)?;
-                estimate = estimate.saturating_sub(image.frees);
-                removed += 1;
-                continue;
-            }
-            if remove_whole_image(client, summary).await {
-                writeln!(out, "removed image {describe}").map_err(ReapError::Output)?;
-                metrics.image_removed(Reason::Budget);
-                estimate = estimate.saturating_sub(image.frees);
-                removed += 1;
-            }
-        }
-        if dry_run || !any {
+        let (estimate, tried_any) = pass.round(&listing, now, out).await?;
+        if dry_run || !tried_any {
             if estimate > budget.low {
                 let line = format!(
                     "images take {} after this pass, above the low mark {}: the rest is in use, \
@@ -495,7 +493,95 @@ pub async fn image_budget(
             break;
         }
     }
-    Ok(removed)
+    Ok(pass.removed)
+}
+
+/// The daemon's images as one budget round sees them.
+struct ImageListing {
+    /// Bytes the image layers take (`GET /system/df` LayersSize).
+    layers: u64,
+    images: Vec<ImageSummary>,
+    /// Every image as the budget judges it.
+    judged: Vec<BudgetImage>,
+}
+
+/// Lists the daemon's usage, images and containers, and updates `memory` from them.
+async fn list_images(
+    client: &DockerClient,
+    memory: &mut ImageMemory,
+    now: i64,
+) -> Result<ImageListing, ReapError> {
+    let usage = client.disk_usage().await?;
+    let layers = u64::try_from(usage.layers_size).unwrap_or(0);
+    let images = usage.images.unwrap_or_default();
+    let used: HashSet<String> = client
+        .all_containers()
+        .await?
+        .into_iter()
+        .map(|c| c.image_id)
+        .collect();
+    let parents: HashSet<String> = client
+        .all_images()
+        .await?
+        .into_iter()
+        .map(|i| i.parent_id)
+        .filter(|p| !p.is_empty())
+        .collect();
+    let judged = remember(client, memory, &images, &used, &parents, now).await;
+    Ok(ImageListing {
+        layers,
+        images,
+        judged,
+    })
+}
+
+/// The removals of one budget pass, over its rounds.
+struct BudgetPass<'a> {
+    client: &'a DockerClient,
+    budget: ImageBudget,
+    dry_run: bool,
+    metrics: &'a GuardMetrics,
+    /// Images already tried (removed or not), never tried twice.
+    tried: HashSet<String>,
+    removed: usize,
+}
+
+impl BudgetPass<'_> {
+    /// Removes (or lists) unused images from the least recently used until the estimate is
+    /// down to the low mark. Returns the estimate after, and whether any image was tried.
+    async fn round(
+        &mut self,
+        listing: &ImageListing,
+        now: i64,
+        out: &mut dyn Write,
+    ) -> Result<(u64, bool), ReapError> {
+        let mut estimate = listing.layers;
+        let mut tried_any = false;
+        for image in budget_order(&listing.judged, now, self.budget.min_age) {
+            if estimate <= self.budget.low {
+                break;
+            }
+            if !self.tried.insert(image.id.clone()) {
+                continue;
+            }
+            tried_any = true;
+            let Some(summary) = listing.images.iter().find(|i| i.id == image.id) else {
+                continue;
+            };
+            let describe = describe_image(summary, &image.record, now);
+            if self.dry_run {
+                writeln!(out, "would remove image {describe}").map_err(ReapError::Output)?;
+            } else if remove_whole_image(self.client, summary).await {
+                writeln!(out, "removed image {describe}").map_err(ReapError::Output)?;
+                self.metrics.image_removed(Reason::Budget);
+            } else {
+                continue;
+            }
+            estimate = estimate.saturating_sub(image.frees);
+            self.removed += 1;
+        }
+        Ok((estimate, tried_any))
+    }
 }
 
 /// Updates the reaper's records from one listing; returns every image as the budget judges it.

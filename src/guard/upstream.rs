@@ -60,7 +60,7 @@ pub enum AddressError {
 
 /// The Docker daemon the guard forwards to.
 #[derive(Clone)]
-pub struct Upstream {
+pub struct DaemonUpstream {
     address: Address,
     tls: Option<Arc<UpstreamTls>>,
 }
@@ -75,16 +75,16 @@ struct UpstreamTls {
     warned: AtomicBool,
 }
 
-impl fmt::Debug for Upstream {
+impl fmt::Debug for DaemonUpstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Upstream")
+        f.debug_struct("DaemonUpstream")
             .field("address", &self.address.to_string())
             .field("tls", &self.tls.is_some())
             .finish()
     }
 }
 
-impl Upstream {
+impl DaemonUpstream {
     /// A daemon at `address`; with `tls_dir`, spoken to over TLS verified against
     /// `tls_dir/ca.pem`, presenting `cert.pem` and `key.pem`, which must be readable now.
     pub fn new(address: Address, tls_dir: Option<&Path>) -> Result<Self, AddressError> {
@@ -96,7 +96,7 @@ impl Upstream {
         Ok(upstream)
     }
 
-    /// Like [`Upstream::new`], but the TLS files may appear later: they are read on the
+    /// Like [`DaemonUpstream::new`], but the TLS files may appear later: they are read on the
     /// first connection that needs them, and again on every later one until they can be
     /// (the failure is logged once), and again after a handshake fails (a daemon restarted
     /// with a new CA).
@@ -198,7 +198,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-impl fmt::Display for Upstream {
+impl fmt::Display for DaemonUpstream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&self.address, f)?;
         if self.tls.is_some() {
@@ -399,14 +399,15 @@ mod tests {
     #[test]
     fn tls_needs_tcp_and_readable_pem_files() {
         let dir = tempfile::tempdir().unwrap();
-        let err = Upstream::new("unix:///x.sock".parse().unwrap(), Some(dir.path())).unwrap_err();
-        assert!(matches!(err, AddressError::TlsOverUnix(_)), "{err}");
         let err =
-            Upstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path())).unwrap_err();
+            DaemonUpstream::new("unix:///x.sock".parse().unwrap(), Some(dir.path())).unwrap_err();
+        assert!(matches!(err, AddressError::TlsOverUnix(_)), "{err}");
+        let err = DaemonUpstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path()))
+            .unwrap_err();
         assert!(err.to_string().contains("ca.pem"), "{err}");
         std::fs::write(dir.path().join("ca.pem"), "not pem").unwrap();
-        let err =
-            Upstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path())).unwrap_err();
+        let err = DaemonUpstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path()))
+            .unwrap_err();
         assert!(matches!(err, AddressError::Pem { .. }), "{err}");
     }
 
@@ -423,7 +424,7 @@ mod tests {
         )
         .unwrap();
         let upstream =
-            Upstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path())).unwrap();
+            DaemonUpstream::new("tcp://docker:2376".parse().unwrap(), Some(dir.path())).unwrap();
         assert_eq!(upstream.to_string(), "tcp://docker:2376 (TLS)");
     }
 
@@ -432,7 +433,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let certs = dir.path().join("client");
         let upstream =
-            Upstream::waiting_for_tls("tcp://127.0.0.1:9".parse().unwrap(), Some(&certs)).unwrap();
+            DaemonUpstream::waiting_for_tls("tcp://127.0.0.1:9".parse().unwrap(), Some(&certs))
+                .unwrap();
         for _ in 0..2 {
             let error = upstream.connect().await.err().expect("no TLS files yet");
             assert_eq!(error.kind(), io::ErrorKind::NotFound, "{error}");

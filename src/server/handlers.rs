@@ -72,10 +72,7 @@ pub async fn null(body: Result<Bytes, BytesRejection>) -> Response {
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
+        [(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)],
         state.metrics.render(),
     )
         .into_response()

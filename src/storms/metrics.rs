@@ -5,13 +5,18 @@
 //! written as Prometheus text to a file (`--metrics-file`, written to a temporary file and
 //! renamed, as node_exporter's textfile collector needs). All are gauges of the last run.
 
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use hyper::Request;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode_registry;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
 use super::CleanupOutcome;
 
@@ -47,100 +52,129 @@ pub enum MetricsError {
     },
 }
 
-/// One gauge line's label value, escaped as the text format wants.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PodLabels {
+    action: &'static str,
+    reason: String,
 }
 
-/// The run as Prometheus text (exposition format 0.0.4).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CauseLabel {
+    cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+/// A gauge of `value`: counts stay integers in the text.
+fn gauge(value: usize) -> Gauge {
+    let gauge = Gauge::default();
+    gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+    gauge
+}
+
+/// A family of gauges, one per label set.
+fn gauges<S>(samples: impl IntoIterator<Item = (S, usize)>) -> Family<S, Gauge>
+where
+    S: Clone + std::hash::Hash + Eq,
+{
+    let family: Family<S, Gauge> = Family::default();
+    for (labels, value) in samples {
+        family
+            .get_or_create(&labels)
+            .set(i64::try_from(value).unwrap_or(i64::MAX));
+    }
+    family
+}
+
+/// The run as Prometheus text, through `prometheus-client`: gauges only, without the
+/// OpenMetrics `# EOF`, which makes it the plain text format (0.0.4) too, as the
+/// Pushgateway and node_exporter's textfile collector read it.
 pub fn render(outcome: &CleanupOutcome) -> String {
+    let mut registry = Registry::default();
+    register_pods(&mut registry, outcome);
+    register_run(&mut registry, outcome);
     let mut out = String::new();
-    let mut gauge = |name: &str, help: &str, samples: &[(String, f64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} gauge");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    let plain = |value: f64| vec![(String::new(), value)];
-    gauge(
+    // Writing to a String cannot fail.
+    let _ = encode_registry(&mut out, &registry);
+    out
+}
+
+/// The storms, and their pods by action and reason or by why they were skipped.
+fn register_pods(registry: &mut Registry, outcome: &CleanupOutcome) {
+    registry.register(
         "podmend_clean_storms_storms",
-        "Owners whose Failed pods of one kubelet rejection reason numbered at least --threshold, in the last run.",
-        &plain(outcome.storms as f64),
+        "Owners whose Failed pods of one kubelet rejection reason numbered at least --threshold, in the last run",
+        gauge(outcome.storms),
     );
-    let mut pods = Vec::new();
-    for (reason, counts) in &outcome.by_reason {
-        for (action, value) in [
+    let pods = outcome.by_reason.iter().flat_map(|(reason, counts)| {
+        [
             ("selected", counts.selected),
             ("deleted", counts.deleted),
             ("kept", counts.kept),
-        ] {
-            pods.push((
-                format!("{{action=\"{action}\",reason=\"{}\"}}", escape(reason)),
-                value as f64,
-            ));
-        }
-    }
-    gauge(
+        ]
+        .map(|(action, value)| {
+            let reason = reason.clone();
+            (PodLabels { action, reason }, value)
+        })
+    });
+    registry.register(
         "podmend_clean_storms_pods",
-        "Failed storm pods of the last run, by action (selected for deletion, deleted, kept as the newest) and reason.",
-        &pods,
+        "Failed storm pods of the last run, by action (selected for deletion, deleted, kept as the newest) and reason",
+        gauges(pods),
     );
-    gauge(
+    let skipped = [
+        ("gone", outcome.gone),
+        ("recreated", outcome.recreated),
+        ("failed", outcome.failed),
+    ];
+    registry.register(
         "podmend_clean_storms_skipped_pods",
-        "Selected pods the last run did not delete, by cause (gone: deleted meanwhile; recreated: same name, another UID; failed: the API server refused).",
-        &[
-            ("{cause=\"gone\"}".to_string(), outcome.gone as f64),
-            (
-                "{cause=\"recreated\"}".to_string(),
-                outcome.recreated as f64,
-            ),
-            ("{cause=\"failed\"}".to_string(), outcome.failed as f64),
-        ],
+        "Selected pods the last run did not delete, by cause (gone: deleted meanwhile; recreated: same name, another UID; failed: the API server refused)",
+        gauges(skipped.map(|(cause, value)| (CauseLabel { cause }, value))),
     );
-    gauge(
+    let events = [
+        ("posted", outcome.events_posted),
+        ("failed", outcome.events_failed),
+    ];
+    registry.register(
         "podmend_clean_storms_events",
-        "Events posted on the storms' owners in the last run, by result.",
-        &[
-            (
-                "{result=\"posted\"}".to_string(),
-                outcome.events_posted as f64,
-            ),
-            (
-                "{result=\"failed\"}".to_string(),
-                outcome.events_failed as f64,
-            ),
-        ],
+        "Events posted on the storms' owners in the last run, by result",
+        gauges(events.map(|(result, value)| (ResultLabel { result }, value))),
     );
-    gauge(
+}
+
+/// What the run cost and how it ended.
+fn register_run(registry: &mut Registry, outcome: &CleanupOutcome) {
+    registry.register(
         "podmend_clean_storms_api_requests",
-        "Requests the last run sent to the API server (list pages, deletes, events).",
-        &plain(outcome.api_requests as f64),
+        "Requests the last run sent to the API server (list pages, deletes, events)",
+        gauge(outcome.api_requests),
     );
-    gauge(
+    registry.register(
         "podmend_clean_storms_dry_run",
-        "1 when the last run was a dry run (nothing deleted).",
-        &plain(if outcome.dry_run { 1.0 } else { 0.0 }),
+        "1 when the last run was a dry run (nothing deleted)",
+        gauge(usize::from(outcome.dry_run)),
     );
-    gauge(
+    registry.register(
         "podmend_clean_storms_success",
-        "1 when the last run deleted every selected pod it could and posted every event; 0 otherwise.",
-        &plain(if outcome.succeeded() { 1.0 } else { 0.0 }),
+        "1 when the last run deleted every selected pod it could and posted every event; 0 otherwise",
+        gauge(usize::from(outcome.succeeded())),
     );
-    gauge(
+    let duration = Gauge::<f64, AtomicU64>::default();
+    duration.set(outcome.duration.as_secs_f64());
+    registry.register(
         "podmend_clean_storms_duration_seconds",
-        "How long the last run took.",
-        &plain(outcome.duration.as_secs_f64()),
+        "How long the last run took",
+        duration,
     );
-    gauge(
+    registry.register(
         "podmend_clean_storms_last_run_timestamp_seconds",
-        "When the last run ended, in Unix seconds.",
-        &plain(outcome.finished_unix as f64),
+        "When the last run ended, in Unix seconds",
+        gauge(usize::try_from(outcome.finished_unix).unwrap_or(usize::MAX)),
     );
-    out
 }
 
 /// Writes `text` to `path` atomically (a temporary file beside it, then a rename).
@@ -265,6 +299,84 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let mut outcome = CleanupOutcome::default();
+        outcome
+            .by_reason
+            .insert("a\"b\\c\nd".to_string(), Default::default());
+        let text = render(&outcome);
+        assert!(
+            text.contains(
+                "podmend_clean_storms_pods{action=\"kept\",reason=\"a\\\"b\\\\c\\nd\"} 0"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn every_gauge_keeps_its_name_type_and_help_text() {
+        let mut by_reason = std::collections::BTreeMap::new();
+        by_reason.insert("OutOfcpu".to_string(), Default::default());
+        let text = render(&CleanupOutcome {
+            storms: 2,
+            by_reason,
+            duration: std::time::Duration::from_millis(1500),
+            finished_unix: 1_800_000_000,
+            ..CleanupOutcome::default()
+        });
+        for (name, help) in [
+            (
+                "podmend_clean_storms_storms",
+                "Owners whose Failed pods of one kubelet rejection reason numbered at least --threshold, in the last run.",
+            ),
+            (
+                "podmend_clean_storms_pods",
+                "Failed storm pods of the last run, by action (selected for deletion, deleted, kept as the newest) and reason.",
+            ),
+            (
+                "podmend_clean_storms_skipped_pods",
+                "Selected pods the last run did not delete, by cause (gone: deleted meanwhile; recreated: same name, another UID; failed: the API server refused).",
+            ),
+            (
+                "podmend_clean_storms_events",
+                "Events posted on the storms' owners in the last run, by result.",
+            ),
+            (
+                "podmend_clean_storms_api_requests",
+                "Requests the last run sent to the API server (list pages, deletes, events).",
+            ),
+            (
+                "podmend_clean_storms_dry_run",
+                "1 when the last run was a dry run (nothing deleted).",
+            ),
+            (
+                "podmend_clean_storms_success",
+                "1 when the last run deleted every selected pod it could and posted every event; 0 otherwise.",
+            ),
+            (
+                "podmend_clean_storms_duration_seconds",
+                "How long the last run took.",
+            ),
+            (
+                "podmend_clean_storms_last_run_timestamp_seconds",
+                "When the last run ended, in Unix seconds.",
+            ),
+        ] {
+            assert!(
+                text.contains(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n")),
+                "{name}: {text}"
+            );
+        }
+        for line in [
+            "podmend_clean_storms_storms 2\n",
+            "podmend_clean_storms_skipped_pods{cause=\"recreated\"} 0\n",
+            "podmend_clean_storms_duration_seconds 1.5\n",
+            "podmend_clean_storms_last_run_timestamp_seconds 1800000000\n",
+        ] {
+            assert!(text.contains(line), "{line}: {text}");
+        }
+        assert!(
+            !text.contains("# EOF"),
+            "the plain text format has no EOF: {text}"
+        );
     }
 }

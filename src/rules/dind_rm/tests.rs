@@ -8,6 +8,7 @@ use clap::Parser;
 use serde_json::json;
 
 use super::*;
+// Test-only: the guard args the rule writes are read back by the real command line.
 use crate::cli::{Cli, Command};
 use crate::cluster::StaticCluster;
 use crate::config::{NodeAgents, SidecarMode};
