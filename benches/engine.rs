@@ -13,7 +13,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use podmend::admission::{self, Decision, Webhook};
+use podmend::admission::{self, AdmissionDecision, Webhook};
 use podmend::cluster::StaticCluster;
 use podmend::config::{Config, Mode};
 use podmend::engine::{Engine, Skip};
@@ -34,7 +34,7 @@ const STAGED_CASES: &[&str] = &["pod-create-untouched", "pod-create-nodename"];
 fn mutate(engine: &Engine, cluster: &StaticCluster, body: &[u8]) -> Vec<u8> {
     let request = admission::decode(body).expect("the body decodes");
     let outcome = engine.review_raw(&request.subject(), cluster);
-    let decision = Decision::from_outcome(&outcome, Webhook::Mutate);
+    let decision = AdmissionDecision::from_outcome(&outcome, Webhook::Mutate);
     admission::encode_response(&request.inner.uid, &decision)
 }
 
@@ -43,7 +43,7 @@ fn check(engine: &Engine, cluster: &StaticCluster, case: &Case) {
     let request = admission::decode(&case.body)
         .unwrap_or_else(|e| panic!("{}: body does not decode: {e}", case.name));
     let outcome = engine.review_raw(&request.subject(), cluster);
-    let decision = Decision::from_outcome(&outcome, Webhook::Mutate);
+    let decision = AdmissionDecision::from_outcome(&outcome, Webhook::Mutate);
     let name = case.name;
     assert!(decision.allowed, "{name}: not allowed");
     match case.expect {
@@ -112,7 +112,8 @@ fn bench_reviews(c: &mut Criterion) {
         });
         stages.bench_function(BenchmarkId::new("respond", case.name), |b| {
             b.iter(|| {
-                let decision = Decision::from_outcome(black_box(&outcome), Webhook::Mutate);
+                let decision =
+                    AdmissionDecision::from_outcome(black_box(&outcome), Webhook::Mutate);
                 admission::encode_response(&request.inner.uid, &decision)
             })
         });

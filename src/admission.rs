@@ -227,14 +227,14 @@ impl Webhook {
 
 /// What to answer, before it is put on the wire.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Decision {
+pub struct AdmissionDecision {
     pub allowed: bool,
     pub patch: Vec<PatchOperation>,
     pub warnings: Vec<String>,
     pub denial: Option<String>,
 }
 
-impl Decision {
+impl AdmissionDecision {
     /// Turns the engine's outcome into the answer of one webhook. `/mutate` applies
     /// `enforce` repairs and warns for `enforce` and `warn`; `/validate` rejects for `deny`.
     /// A note (a finding with nothing to repair) is warned in every mode, never denied.
@@ -257,7 +257,7 @@ impl Decision {
                             .map(|m| clip(format!("{prefix}{m}"))),
                     );
                 }
-                Decision {
+                AdmissionDecision {
                     allowed: true,
                     patch: outcome.patch.clone(),
                     warnings,
@@ -277,10 +277,10 @@ impl Decision {
                         )
                     })
                     .collect();
-                Decision {
+                AdmissionDecision {
                     allowed: reasons.is_empty(),
                     denial: (!reasons.is_empty()).then(|| reasons.join(" | ")),
-                    ..Decision::default()
+                    ..AdmissionDecision::default()
                 }
             }
         }
@@ -325,7 +325,7 @@ struct StatusOut<'a> {
 }
 
 /// Serializes the AdmissionReview response for `request`.
-pub fn encode_response(uid: &str, decision: &Decision) -> Vec<u8> {
+pub fn encode_response(uid: &str, decision: &AdmissionDecision) -> Vec<u8> {
     let patch = (!decision.patch.is_empty()).then(|| {
         // Serializing patch operations (strings and JSON values) cannot fail.
         let bytes = serde_json::to_vec(&decision.patch).unwrap_or_default();
@@ -450,9 +450,9 @@ mod tests {
     fn a_response_without_changes_has_no_patch_fields() {
         let body = encode_response(
             "u1",
-            &Decision {
+            &AdmissionDecision {
                 allowed: true,
-                ..Decision::default()
+                ..AdmissionDecision::default()
             },
         );
         let value: Value = serde_json::from_slice(&body).expect("json");
@@ -469,10 +469,10 @@ mod tests {
                 .expect("patch");
         let body = encode_response(
             "u1",
-            &Decision {
+            &AdmissionDecision {
                 allowed: true,
                 patch,
-                ..Decision::default()
+                ..AdmissionDecision::default()
             },
         );
         let value: Value = serde_json::from_slice(&body).expect("json");
@@ -493,10 +493,10 @@ mod tests {
     fn a_denial_carries_a_forbidden_status_with_the_message() {
         let body = encode_response(
             "u1",
-            &Decision {
+            &AdmissionDecision {
                 allowed: false,
                 denial: Some("fix it".into()),
-                ..Decision::default()
+                ..AdmissionDecision::default()
             },
         );
         let value: Value = serde_json::from_slice(&body).expect("json");
@@ -529,13 +529,13 @@ mod tests {
     fn a_note_is_warned_in_every_mode_and_never_denied() {
         for mode in [Mode::Enforce, Mode::Warn, Mode::Deny] {
             let outcome = outcome_with(mode, Vec::new());
-            let mutate = Decision::from_outcome(&outcome, Webhook::Mutate);
+            let mutate = AdmissionDecision::from_outcome(&outcome, Webhook::Mutate);
             assert_eq!(
                 mutate.warnings,
                 ["podmend dind-rm: left alone: a node agent"],
                 "{mode:?}"
             );
-            let validate = Decision::from_outcome(&outcome, Webhook::Validate);
+            let validate = AdmissionDecision::from_outcome(&outcome, Webhook::Validate);
             assert!(validate.allowed, "{mode:?}: a note is never denied");
         }
     }
@@ -547,11 +547,11 @@ mod tests {
                 .expect("patch");
         let outcome = outcome_with(Mode::Deny, patch);
         assert!(
-            Decision::from_outcome(&outcome, Webhook::Mutate)
+            AdmissionDecision::from_outcome(&outcome, Webhook::Mutate)
                 .warnings
                 .is_empty()
         );
-        let validate = Decision::from_outcome(&outcome, Webhook::Validate);
+        let validate = AdmissionDecision::from_outcome(&outcome, Webhook::Validate);
         assert!(!validate.allowed);
     }
 }

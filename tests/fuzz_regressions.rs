@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::k8s_rules;
-use podmend::admission::{self, Decision, Webhook};
+use podmend::admission::{self, AdmissionDecision, Webhook};
 use podmend::audit::manifests::{self, ManifestFile};
 use podmend::audit::{InputError, Report};
 use podmend::cluster::StaticCluster;
@@ -113,7 +113,7 @@ fn a_dind_pod_with_a_mount_missing_its_path_gets_no_patch_the_api_server_cannot_
         matches!(outcome.skipped, Some(Skip::UndecodablePodSpec(_))),
         "{outcome:?}"
     );
-    let decision = Decision::from_outcome(&outcome, Webhook::Mutate);
+    let decision = AdmissionDecision::from_outcome(&outcome, Webhook::Mutate);
     let response: Value =
         serde_json::from_slice(&admission::encode_response(&request.inner.uid, &decision))
             .expect("the response is JSON");

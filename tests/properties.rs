@@ -1,5 +1,5 @@
 //! Property tests: random pod specs (`common::pod_gen`) go the way the API server sends them
-//! through podmend (`admission::decode` → `Engine::review` → `Decision` → `encode_response`),
+//! through podmend (`admission::decode` → `Engine::review` → `AdmissionDecision` → `encode_response`),
 //! and the answer is checked the way the API server checks and applies it. For every case,
 //! with the default configuration and with every rule enforcing: the response passes
 //! `VerifyAdmissionResponse`, the patch applies, the result passes the API's rules, the
@@ -28,7 +28,7 @@ use common::pod_gen::{self, PodCase};
 use common::schema::validate_with_schema;
 use common::server::create_review;
 use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
-use podmend::admission::{self, Decision, Webhook};
+use podmend::admission::{self, AdmissionDecision, Webhook};
 use podmend::cluster::StaticCluster;
 use podmend::config::{Config, Mode, SidecarMode};
 use podmend::dind::Policy;
@@ -373,7 +373,7 @@ fn admit(
             "podmend could not decode a pod spec the API server accepts: {error}"
         ));
     }
-    let decision = Decision::from_outcome(&outcome, Webhook::Mutate);
+    let decision = AdmissionDecision::from_outcome(&outcome, Webhook::Mutate);
     let response: Value =
         serde_json::from_slice(&admission::encode_response(&request.inner.uid, &decision))
             .map_err(|e| format!("response is not JSON: {e}"))?;

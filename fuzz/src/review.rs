@@ -1,11 +1,11 @@
-//! AdmissionReview bytes → `admission::decode` → `Engine::review` → `Decision` →
+//! AdmissionReview bytes → `admission::decode` → `Engine::review` → `AdmissionDecision` →
 //! `encode_response`, then the answer read back as the API server reads it.
 
 use std::sync::LazyLock;
 
 use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use podmend::admission::{self, Decision, Request, Webhook};
+use podmend::admission::{self, AdmissionDecision, Request, Webhook};
 use podmend::cluster::{ClusterView, StaticCluster};
 use podmend::config::{Config, Mode, SidecarMode};
 use podmend::engine::{Engine, Subject, document};
@@ -169,7 +169,7 @@ pub fn check_request(request: &Request, cluster: &dyn ClusterView, limit_ranges:
             "[{name}] the raw review and the parsed one differ"
         );
         for webhook in [Webhook::Mutate, Webhook::Validate] {
-            let decision = Decision::from_outcome(&outcome, webhook);
+            let decision = AdmissionDecision::from_outcome(&outcome, webhook);
             verified_patch(name, request, &decision, webhook);
         }
         // The API server's flow: the object it sends is defaulted; the patched object is
@@ -193,7 +193,7 @@ pub fn check_request(request: &Request, cluster: &dyn ClusterView, limit_ranges:
             ..parsed
         };
         let first = engine.review(&subject, cluster);
-        let decision = Decision::from_outcome(&first, Webhook::Mutate);
+        let decision = AdmissionDecision::from_outcome(&first, Webhook::Mutate);
         let Some(patch) = verified_patch(name, request, &decision, Webhook::Mutate) else {
             continue;
         };
@@ -299,7 +299,7 @@ pub fn limit_ranger_defaults(object: &mut Value, limit_ranges: &[Value]) {
 fn verified_patch(
     name: &str,
     request: &Request,
-    decision: &Decision,
+    decision: &AdmissionDecision,
     webhook: Webhook,
 ) -> Option<Vec<u8>> {
     let uid = &request.inner.uid;

@@ -188,7 +188,7 @@ impl AgentRequests {
                 changed.record(
                     name,
                     &container.name,
-                    Outcome {
+                    RequestRepair {
                         floor: request,
                         limit_added: false,
                     },
@@ -297,7 +297,7 @@ impl AgentRequests {
                         .requests
                         .get_or_insert_with(BTreeMap::new)
                         .insert(name.to_string(), Quantity(format_quantity(name, floor)));
-                    let outcome = Outcome {
+                    let outcome = RequestRepair {
                         floor,
                         limit_added: false,
                     };
@@ -332,9 +332,10 @@ impl AgentRequests {
     }
 }
 
-/// What happened to one request.
+/// What became of one resource request: the floor it was set to, and whether a lone request
+/// was copied into the limit first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Outcome {
+struct RequestRepair {
     floor: Milli,
     limit_added: bool,
 }
@@ -346,7 +347,7 @@ fn zero_request(
     name: &str,
     limit_from_request: bool,
     floor: impl Fn(Option<Milli>) -> Milli,
-) -> Option<Outcome> {
+) -> Option<RequestRepair> {
     let request = resources
         .requests
         .as_ref()
@@ -390,7 +391,7 @@ fn zero_request(
         .requests
         .get_or_insert_with(BTreeMap::new)
         .insert(name.to_string(), Quantity(text));
-    Some(Outcome { floor, limit_added })
+    Some(RequestRepair { floor, limit_added })
 }
 
 /// The smallest request the namespace's Container LimitRanges accept: their `min`, and
@@ -546,7 +547,7 @@ struct Changes {
 }
 
 impl Changes {
-    fn record(&mut self, resource: &str, container: &str, outcome: Outcome) {
+    fn record(&mut self, resource: &str, container: &str, outcome: RequestRepair) {
         if !self.containers.iter().any(|c| c == container) {
             self.containers.push(container.to_string());
         }

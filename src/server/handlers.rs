@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 
 use super::{AppState, MAX_BODY_BYTES};
-use crate::admission::{self, AdmissionError, Decision, Webhook};
+use crate::admission::{self, AdmissionDecision, AdmissionError, Webhook};
 use crate::config::Mode;
 
 /// The API server sends a review's body right after its headers, and gives up on the webhook
@@ -240,7 +240,7 @@ fn review(
     let request = admission::decode(body)?;
     let engine = state.engine();
     let outcome = engine.review_raw(&request.subject(), state.cluster.as_ref());
-    let decision = Decision::from_outcome(&outcome, webhook);
+    let decision = AdmissionDecision::from_outcome(&outcome, webhook);
     let encoded = admission::encode_response(&request.inner.uid, &decision);
     let elapsed = started.elapsed();
 
