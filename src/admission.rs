@@ -182,31 +182,38 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
 }
 
 /// How deeply arrays and objects nest in `json` (valid JSON: strings are skipped whole).
+/// Most of a Kubernetes object's bytes are inside strings, which are jumped with `memchr`.
 fn nesting(json: &[u8]) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    let mut bytes = json.iter();
-    while let Some(&byte) = bytes.next() {
+    let (mut depth, mut deepest, mut at) = (0usize, 0usize, 0usize);
+    while let Some(&byte) = json.get(at) {
+        at += 1;
         match byte {
             b'[' | b'{' => {
                 depth += 1;
                 deepest = deepest.max(depth);
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
-            b'"' => {
-                while let Some(&byte) = bytes.next() {
-                    match byte {
-                        b'\\' => {
-                            bytes.next();
-                        }
-                        b'"' => break,
-                        _ => {}
-                    }
-                }
-            }
+            b'"' => at = past_string(json, at),
             _ => {}
         }
     }
     deepest
+}
+
+/// The index just past the closing quote of the string whose contents start at `at`.
+fn past_string(json: &[u8], mut at: usize) -> usize {
+    while let Some(found) = json
+        .get(at..)
+        .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
+    {
+        let index = at + found;
+        if json.get(index) == Some(&b'"') {
+            return index + 1;
+        }
+        // A backslash: the byte after it is escaped, whatever it is.
+        at = index + 2;
+    }
+    json.len()
 }
 
 /// Which webhook path answers: `/mutate` repairs and warns, `/validate` denies.
@@ -426,6 +433,10 @@ mod tests {
         ));
         // Brackets inside strings are text, not nesting.
         assert_eq!(nesting(br#"{"a":"[[[[\"{{","b":[1]}"#), 2);
+        // An escaped backslash ends right before the closing quote; escapes never end a string.
+        assert_eq!(nesting(br#"{"a":"x\\","b":[[1]],"c":"\\\"[["}"#), 3);
+        // A string cut short (never valid JSON by now) is counted without reading past it.
+        assert_eq!(nesting(br#"[{"a":"[[[\"#), 2);
     }
 
     #[test]

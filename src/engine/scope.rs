@@ -83,7 +83,7 @@ pub(super) fn pod_spec<'a>(
     if engine.excludes(namespace) {
         return skip(Skip::ExcludedNamespace);
     }
-    let object_annotations = string_map(object.pointer("/metadata/annotations"));
+    let object_annotations = string_map(target::at(object, "/metadata/annotations"));
     if target.kind == WorkloadKind::Pod && object_annotations.contains_key(MIRROR_ANNOTATION) {
         return skip(Skip::MirrorPod);
     }
@@ -92,17 +92,18 @@ pub(super) fn pod_spec<'a>(
     }
     if subject.operation == Operation::Update {
         let template = target.template.unwrap_or(target.spec);
-        let old = subject.old_object.and_then(|o| o.pointer(template));
-        if old.is_some() && old == object.pointer(template) {
+        let old = subject.old_object.and_then(|o| target::at(o, template));
+        if old.is_some() && old == target::at(object, template) {
             return skip(Skip::TemplateUnchanged);
         }
     }
-    let Some(raw_spec) = object.pointer(target.spec) else {
+    let Some(raw_spec) = target::at(object, target.spec) else {
         return skip(Skip::NoPodSpec);
     };
+    let metadata = target::at(object, target.metadata);
     let meta = PodMeta {
-        labels: string_map(object.pointer(&format!("{}/labels", target.metadata))),
-        annotations: string_map(object.pointer(&format!("{}/annotations", target.metadata))),
+        labels: string_map(metadata.and_then(|m| m.get("labels"))),
+        annotations: string_map(metadata.and_then(|m| m.get("annotations"))),
         controller_kind: controller_kind(target, object),
     };
     let skipped_rules = SkipList::from_annotations([&object_annotations, &meta.annotations]);
@@ -122,8 +123,7 @@ pub(super) fn pod_spec<'a>(
 /// The request's namespace, or the object's own when the request names none.
 pub(super) fn namespace_of<'a>(subject: &Subject<'a>, object: &'a Value) -> &'a str {
     if subject.namespace.is_empty() {
-        object
-            .pointer("/metadata/namespace")
+        target::at(object, "/metadata/namespace")
             .and_then(Value::as_str)
             .unwrap_or("")
     } else {
@@ -135,8 +135,7 @@ pub(super) fn namespace_of<'a>(subject: &Subject<'a>, object: &'a Value) -> &'a 
 /// the workload whose template it is (none for a `PodTemplate`, which controls nothing).
 pub(super) fn controller_kind(target: &Target, object: &Value) -> Option<String> {
     match target.kind {
-        WorkloadKind::Pod => object
-            .pointer("/metadata/ownerReferences")
+        WorkloadKind::Pod => target::at(object, "/metadata/ownerReferences")
             .and_then(Value::as_array)?
             .iter()
             .find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))?
@@ -151,8 +150,7 @@ pub(super) fn controller_kind(target: &Target, object: &Value) -> Option<String>
 /// A ReplicaSet its Deployment controls: mutating its template makes the Deployment
 /// controller create ReplicaSets without end (kubernetes#57167).
 fn has_deployment_controller(object: &Value) -> bool {
-    object
-        .pointer("/metadata/ownerReferences")
+    target::at(object, "/metadata/ownerReferences")
         .and_then(Value::as_array)
         .is_some_and(|owners| {
             owners.iter().any(|owner| {

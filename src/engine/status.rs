@@ -32,7 +32,7 @@ pub(super) fn review(
     if engine.excludes(namespace) {
         return skip(Skip::ExcludedNamespace);
     }
-    let annotations = string_map(object.pointer("/metadata/annotations"));
+    let annotations = string_map(crate::target::at(object, "/metadata/annotations"));
     if annotations.contains_key(MIRROR_ANNOTATION) {
         return skip(Skip::MirrorPod);
     }

@@ -128,7 +128,7 @@ impl Rule for DindRm {
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|v| v.pointer("/hostPath/path").and_then(Value::as_str))
+                .filter_map(|v| v.get("hostPath")?.get("path")?.as_str())
                 .any(detection::is_host_docker_socket)
     }
 
