@@ -12,13 +12,19 @@ use podmend::cli::{
 };
 use podmend::config::{Config, DEFAULT_CONFIG_YAML};
 use podmend::guard::{self, GuardOptions};
+use podmend::telemetry::LogWriter;
 use podmend::{audit, certs, server, storms, telemetry};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let log = telemetry::init(cli.log_format);
+    // Only `serve` logs a line per request; the others write each line as it comes.
+    let writer = match cli.command {
+        Command::Serve(_) => LogWriter::Batched,
+        _ => LogWriter::Direct,
+    };
+    let log = telemetry::init(cli.log_format, writer);
     let result = run(cli.command);
-    // Flushes the log lines still queued, so they come before a final error.
+    // Writes out the log lines still buffered, so they come before a final error.
     drop(log);
     match result {
         Ok(code) => code,

@@ -1,5 +1,5 @@
-//! Logging: one `tracing` subscriber for the whole process, text or JSON lines. A request
-//! never writes to stderr itself: it appends its line to a shared buffer, and a thread of
+//! Logging: one `tracing` subscriber for the whole process, text or JSON lines. Under
+//! `serve` ([`LogWriter::Batched`]) a request never writes to stderr itself: it appends its line to a shared buffer, and a thread of
 //! its own writes the buffer out every [`FLUSH_INTERVAL`] or as soon as it grows past
 //! [`WAKE_AT`]. One line per admission decision at tens of thousands of reviews a second
 //! made the direct write a fifth of the cost, and a queue that woke a writer thread per
@@ -31,21 +31,47 @@ const WAKE_AT: usize = 256 * 1024;
 /// behind (a stalled stderr), and a line is never dropped, so the request waits instead.
 const WRITE_THROUGH_AT: usize = 16 * 1024 * 1024;
 
+/// How log lines reach stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogWriter {
+    /// Each line written as it is logged: commands that log a few lines a second.
+    Direct,
+    /// Lines appended to a buffer a thread writes out (see the module's doc): `serve`, which
+    /// logs one line per admission review.
+    Batched,
+}
+
 /// Installs the global subscriber; `RUST_LOG` overrides the default `info` level. Keep the
 /// returned guard until the process ends: dropping it writes out the lines still buffered.
-pub fn init(format: LogFormat) -> LogGuard {
+pub fn init(format: LogFormat, writer: LogWriter) -> Option<LogGuard> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let (writer, guard) = BatchWriter::spawn(std::io::stderr());
+    let ansi = std::io::stderr().is_terminal();
+    match writer {
+        LogWriter::Direct => {
+            install(format, filter, ansi, std::io::stderr);
+            None
+        }
+        LogWriter::Batched => {
+            let (writer, guard) = BatchWriter::spawn(std::io::stderr());
+            install(format, filter, ansi, writer);
+            Some(guard)
+        }
+    }
+}
+
+fn install<W>(format: LogFormat, filter: EnvFilter, ansi: bool, writer: W)
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(ansi)
         .with_writer(writer);
     // A second init (tests) keeps the first subscriber: ignore the error.
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
-    guard
 }
 
 /// What the appenders and the writer thread share.

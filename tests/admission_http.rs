@@ -477,7 +477,7 @@ async fn a_changed_config_is_reloaded_and_an_invalid_one_keeps_the_old() {
         mutate(&server, &review).await.patched,
         "the old config must keep serving"
     );
-    let log = server.log_text();
+    let log = server.log_once(|log| log.contains("keeping the old one"));
     assert!(
         log.contains("keeping the old one") && log.contains("templates"),
         "{log}"
@@ -491,7 +491,9 @@ async fn sigterm_drops_readiness_and_exits_cleanly() {
         ..Options::default()
     });
     assert!(
-        server.log_text().contains("cluster look-ups off"),
+        server
+            .log_once(|log| log.contains("cluster look-ups off"))
+            .contains("cluster look-ups off"),
         "{}",
         server.log_text()
     );

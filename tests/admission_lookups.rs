@@ -59,7 +59,9 @@ async fn readiness_waits_for_the_caches_and_the_log_says_look_ups_are_on() {
     let (_stub, server) = start().await;
     assert_eq!(server.metrics_get("/readyz").expect("readyz").0, 200);
     assert!(
-        server.log_text().contains("cluster look-ups on"),
+        server
+            .log_once(|log| log.contains("cluster look-ups on"))
+            .contains("cluster look-ups on"),
         "{}",
         server.log_text()
     );

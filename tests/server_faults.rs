@@ -232,7 +232,7 @@ async fn an_invalid_config_written_under_load_is_refused_and_the_old_one_keeps_s
 
     assert_eq!(tally.failures(), Vec::<String>::new());
     assert!(tally.ok() > 50, "too little load: {} answers", tally.ok());
-    let log = server.log_text();
+    let log = server.log_once(|log| log.contains("configuration not reloaded"));
     assert!(
         log.contains("configuration not reloaded, keeping the old one")
             && log.contains("templates"),
@@ -480,6 +480,6 @@ async fn a_cut_watch_reconnects_and_a_failing_one_turns_readiness_off_until_it_r
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let log = server.log_text();
+    let log = server.log_once(|log| log.contains("watch of the cluster failed"));
     assert!(log.contains("watch of the cluster failed"), "{log}");
 }

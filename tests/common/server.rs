@@ -169,6 +169,19 @@ impl Server {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The log once `done` holds for it, or as it is after 10 s (the caller's assertion then
+    /// says what is missing): `serve` writes its log lines out every 20 ms, not as they come.
+    pub fn log_once(&self, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.log_text();
+            if done(&log) || Instant::now() >= deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until `path` answers 200 on the metrics port; Err with the log when podmend
     /// exited or 20 s passed.
     fn wait_for(&mut self, path: &str) -> Result<(), String> {
