@@ -39,6 +39,20 @@ fn plain_client() -> reqwest::Client {
 }
 
 /// The value of one series on a metrics port (0 when absent).
+/// The series once it reads `expected`, or what it reads after 5 s: the server counts a
+/// failed handshake after it has sent the alert the client reads, so a count read right after
+/// the client's last alert may not include it yet.
+async fn metric_once(metrics: SocketAddr, series: &str, expected: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let value = metric(metrics, series).await;
+        if value == expected || Instant::now() >= deadline {
+            return value;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn metric(metrics: SocketAddr, series: &str) -> u64 {
     let text = plain_client()
         .get(format!("http://{metrics}/metrics"))
@@ -273,9 +287,10 @@ async fn tls_1_0_and_1_1_hellos_get_a_protocol_version_or_handshake_failure_aler
             suite: ECDHE_ECDSA_AES128_GCM
         }
     );
+    let expected = before + old.len() as u64 + 2;
     assert_eq!(
-        metric(server.metrics, &counted).await,
-        before + old.len() as u64 + 2
+        metric_once(server.metrics, &counted, expected).await,
+        expected
     );
     assert_eq!(server.metrics_get("/healthz").expect("healthz").0, 200);
 }
@@ -321,9 +336,10 @@ async fn tls12_suites_without_ecdhe_or_aead_get_a_handshake_failure_alert_and_ar
             }
         );
     }
+    let expected = before + weak.len() as u64;
     assert_eq!(
-        metric(server.metrics, &counted).await,
-        before + weak.len() as u64
+        metric_once(server.metrics, &counted, expected).await,
+        expected
     );
 }
 
@@ -348,7 +364,10 @@ async fn an_offer_of_only_unknown_alpn_protocols_gets_a_no_application_protocol_
         alert_in(&error) == Some(AlertDescription::NoApplicationProtocol),
         "{error}"
     );
-    assert_eq!(metric(server.metrics, &counted).await, before + 2);
+    assert_eq!(
+        metric_once(server.metrics, &counted, before + 2).await,
+        before + 2
+    );
     // No ALPN at all is HTTP/1.1; a known protocol among unknown ones is chosen.
     for (alpn, chosen) in [
         (&[][..], None),
@@ -529,7 +548,10 @@ async fn with_client_ca_only_clients_with_a_certificate_from_that_ca_are_served(
             assert_eq!(alert_in(&error), Some(alert), "{versions:?}: {error}");
         }
     }
-    assert_eq!(metric(serve.metrics, &counted).await, before + 4);
+    assert_eq!(
+        metric_once(serve.metrics, &counted, before + 4).await,
+        before + 4
+    );
 
     // The metrics port is plain HTTP, no certificate asked.
     let health = plain_client()
