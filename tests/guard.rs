@@ -9,24 +9,23 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, docker_cli, run, text, wait_with_timeout};
+use common::guard::{
+    Guard, OWNER, PODMEND, RUN, TIMEOUT, daemon_labelled, exists, free_port, http_get, inspect, ok,
+    uid, wait_until,
+};
 use serde_json::{Value, json};
 
-const PODMEND: &str = env!("CARGO_BIN_EXE_podmend");
-const TIMEOUT: Duration = Duration::from_secs(90);
-const OWNER: &str = "podmend.io/owner-pod";
 const REAP: &str = "podmend.io/reap";
 const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on this CI runner (docker run --rm ...); ask the cluster admin to set the pod annotation podmend.io/dind-policy to reap or audit to allow it";
-/// Every `docker run` of these tests: never a registry, never a network.
-const RUN: [&str; 3] = ["run", "--pull=never", "--network=none"];
 
 static DAEMON_WIDE: RwLock<()> = RwLock::new(());
 
@@ -40,191 +39,9 @@ fn exclusive() -> RwLockWriteGuard<'static, ()> {
     DAEMON_WIDE.write().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A pod UID unique to this test and run.
-fn uid(test: &str) -> String {
-    format!("{test}-{}", std::process::id())
-}
-
-/// A running `podmend guard` listening on a Unix socket in its own directory.
-struct Guard {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-    uid: String,
-    /// Where leftovers of this guard's pod are removed from when the test ends.
-    cleanup_host: Option<String>,
-}
-
-impl Guard {
-    fn start(daemon: &Dockerd, policy: &str, uid: &str) -> Guard {
-        Guard::start_with(&daemon.host(), uid, &["--policy", policy])
-    }
-
-    fn start_with(upstream: &str, uid: &str, extra: &[&str]) -> Guard {
-        let dir = tempfile::Builder::new()
-            .prefix("podmend-guard-")
-            .tempdir()
-            .expect("tempdir");
-        let socket = dir.path().join("guard.sock");
-        let log = std::fs::File::create(dir.path().join("guard.log")).expect("log file");
-        let child = Command::new(PODMEND)
-            .arg("guard")
-            .arg("--listen")
-            .arg(format!("unix://{}", socket.display()))
-            .arg("--upstream")
-            .arg(upstream)
-            .arg("--owner-pod-uid")
-            .arg(uid)
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .env_remove("DOCKER_CERT_PATH")
-            .env_remove("PODMEND_OWNER_POD_UID")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .expect("start podmend guard");
-        let mut guard = Guard {
-            child: Some(child),
-            dir,
-            socket,
-            uid: uid.to_string(),
-            cleanup_host: upstream
-                .starts_with("unix://")
-                .then(|| upstream.to_string()),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&guard.socket).is_err() {
-            if let Some(child) = guard.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!("podmend guard exited with {status}: {}", guard.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "guard did not listen: {}",
-                guard.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        guard
-    }
-
-    fn host(&self) -> String {
-        format!("unix://{}", self.socket.display())
-    }
-
-    /// The docker CLI first on PATH, aimed at this guard.
-    fn docker(&self) -> Command {
-        docker_cli(&self.host(), &self.dir.path().join("cli-config"))
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("guard.log")).unwrap_or_default()
-    }
-
-    /// SIGTERM, as the kubelet sends when the pod ends; returns the exit status.
-    fn terminate(&mut self) -> ExitStatus {
-        let mut child = self.child.take().expect("running");
-        let sent = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status()
-            .expect("kill");
-        assert!(sent.success());
-        wait_with_timeout(&mut child, Duration::from_secs(40)).expect("guard exits after SIGTERM")
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!("--- podmend guard log ---\n{}", self.log());
-        }
-        if let Some(host) = &self.cleanup_host {
-            // Best effort: the daemon may be unreachable (that may be the test).
-            let config = self.dir.path().join("cleanup-cli");
-            let listed = run(
-                docker_cli(host, &config)
-                    .args(["ps", "-aq", "--no-trunc", "--filter"])
-                    .arg(format!("label={OWNER}={}", self.uid)),
-                None,
-                TIMEOUT,
-            );
-            let ids: Vec<String> = text(&listed.stdout).lines().map(str::to_string).collect();
-            if listed.status.success() && !ids.is_empty() {
-                let _ = run(
-                    docker_cli(host, &config)
-                        .args(["rm", "-f", "-v"])
-                        .args(&ids),
-                    None,
-                    TIMEOUT,
-                );
-            }
-        }
-    }
-}
-
-/// Ids of every container (running or not) carrying `label`, asking `host` directly.
-fn labelled(host: &str, config: &Path, label: &str) -> Vec<String> {
-    let out = run(
-        docker_cli(host, config)
-            .args(["ps", "-aq", "--no-trunc", "--filter"])
-            .arg(format!("label={label}")),
-        None,
-        TIMEOUT,
-    );
-    assert!(out.status.success(), "docker ps: {}", text(&out.stderr));
-    text(&out.stdout).lines().map(str::to_string).collect()
-}
-
-fn daemon_labelled(daemon: &Dockerd, label: &str) -> Vec<String> {
-    labelled(&daemon.host(), &daemon.dir().join("cli-config"), label)
-}
-
-/// Runs a docker command, asserting success; returns its stdout.
-fn ok(command: &mut Command) -> String {
-    let out = run(command, None, TIMEOUT);
-    assert!(
-        out.status.success(),
-        "{command:?} failed ({}): {}{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
-fn inspect(daemon: &Dockerd, id: &str, format: &str) -> String {
-    ok(daemon.docker().args(["inspect", "-f", format, id]))
-        .trim()
-        .to_string()
-}
-
-fn exists(daemon: &Dockerd, id: &str) -> bool {
-    run(
-        daemon.docker().args(["inspect", "--type", "container", id]),
-        None,
-        TIMEOUT,
-    )
-    .status
-    .success()
-}
-
-fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// A guard with `--policy policy` in front of `daemon`.
+fn start_guard(daemon: &Dockerd, policy: &str, uid: &str) -> Guard {
+    Guard::start(&daemon.host(), uid, &["--policy", policy])
 }
 
 /// One HTTP response read off a raw connection.
@@ -323,28 +140,6 @@ fn chunked_request(target: &str, body: &str) -> String {
     out
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
-}
-
-fn http_get(address: SocketAddr, path: &str) -> Option<String> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: podmend\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    Some(answer)
-}
-
 fn vm_hwm_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     status
@@ -371,7 +166,7 @@ fn without_the_guard_docker_run_leaves_a_stopped_container_and_through_the_guard
     ok(daemon.docker().args(["rm", &leaked]));
 
     // Through the guard: the same run leaves nothing, and exit codes survive.
-    let guard = Guard::start(daemon, "rm", &uid);
+    let guard = start_guard(daemon, "rm", &uid);
     let name = format!("podmend-clean-{uid}");
     ok(guard
         .docker()
@@ -402,7 +197,7 @@ fn without_the_guard_docker_run_leaves_a_stopped_container_and_through_the_guard
 fn stdin_reaches_the_container_through_the_upgraded_attach_and_its_half_close() {
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
-    let guard = Guard::start(daemon, "rm", &uid("stdin"));
+    let guard = start_guard(daemon, "rm", &uid("stdin"));
 
     let out = run(
         guard.docker().args(RUN).args(["-i", "busybox", "cat"]),
@@ -427,7 +222,7 @@ fn stdin_reaches_the_container_through_the_upgraded_attach_and_its_half_close() 
 fn the_debian_docker_20_10_cli_works_through_the_guard_too() {
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
-    let guard = Guard::start(daemon, "rm", &uid("cli2010"));
+    let guard = start_guard(daemon, "rm", &uid("cli2010"));
     let debian_cli = PathBuf::from("/usr/bin/docker");
     assert!(debian_cli.is_file(), "{}", dockerd::INSTALL_HINT);
     let mut command = Command::new(&debian_cli);
@@ -450,7 +245,7 @@ fn the_debian_docker_20_10_cli_works_through_the_guard_too() {
 fn docker_exec_runs_commands_and_relays_stdin_through_the_guard() {
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
-    let guard = Guard::start(daemon, "rm", &uid("exec"));
+    let guard = start_guard(daemon, "rm", &uid("exec"));
     let id = ok(guard
         .docker()
         .args(RUN)
@@ -482,7 +277,7 @@ fn docker_logs_follow_streams_output_as_it_is_printed_until_the_container_exits(
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
     // reap: the container outlives its exit, so following it can start at any time.
-    let guard = Guard::start(daemon, "reap", &uid("logs"));
+    let guard = start_guard(daemon, "reap", &uid("logs"));
     let id = ok(guard.docker().args(RUN).args([
         "-d",
         "busybox",
@@ -526,7 +321,7 @@ fn docker_build_streams_a_large_context_through_the_guard() {
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
     let uid = uid("build");
-    let guard = Guard::start(daemon, "rm", &uid);
+    let guard = start_guard(daemon, "rm", &uid);
     let context = tempfile::tempdir().expect("tempdir");
     const SIZE: usize = 64 << 20;
     let mut big = Vec::with_capacity(SIZE);
@@ -579,7 +374,7 @@ fn docker_save_and_load_round_trip_an_image_through_the_guard() {
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
     let uid = uid("saveload");
-    let guard = Guard::start(daemon, "rm", &uid);
+    let guard = start_guard(daemon, "rm", &uid);
     let tag = format!("podmend-load-{uid}:1");
     let archive = guard.dir.path().join("image.tar");
 
@@ -610,7 +405,7 @@ fn deny_refuses_a_run_without_rm_with_the_guards_message_and_counts_it() {
     let daemon = dockerd::shared();
     let uid = uid("deny");
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let guard = Guard::start_with(
+    let guard = Guard::start(
         &daemon.host(),
         &uid,
         &["--policy", "deny", "--metrics-listen", &metrics.to_string()],
@@ -631,8 +426,8 @@ fn deny_refuses_a_run_without_rm_with_the_guards_message_and_counts_it() {
 
     ok(guard.docker().args(RUN).args(["--rm", "busybox", "true"]));
 
-    let text = http_get(metrics, "/metrics").expect("metrics answer");
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let (status, text) = http_get(metrics, "/metrics").expect("metrics answer");
+    assert_eq!(status, 200, "{text}");
     assert!(
         text.contains("podmend_guard_creates_total{decision=\"deny\"} 1\n"),
         "{text}"
@@ -653,7 +448,7 @@ fn reap_keeps_containers_until_sigterm_then_removes_them_and_exits_zero() {
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
     let uid = uid("reap");
-    let mut guard = Guard::start(daemon, "reap", &uid);
+    let mut guard = start_guard(daemon, "reap", &uid);
 
     ok(guard.docker().args(RUN).args(["busybox", "true"]));
     let running = ok(guard
@@ -680,7 +475,7 @@ fn reap_keeps_containers_until_sigterm_then_removes_them_and_exits_zero() {
     );
 
     let started = Instant::now();
-    let status = guard.terminate();
+    let status = guard.signal("-TERM");
     eprintln!(
         "shutdown with 2 containers (one running) took {:?}",
         started.elapsed()
@@ -696,7 +491,7 @@ fn a_restart_always_or_compose_container_under_rm_is_created_and_labelled_for_re
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
     let uid = uid("restart");
-    let mut guard = Guard::start(daemon, "rm", &uid);
+    let mut guard = start_guard(daemon, "rm", &uid);
 
     let restarting =
         ok(guard
@@ -749,7 +544,7 @@ fn a_restart_always_or_compose_container_under_rm_is_created_and_labelled_for_re
     assert!(log.contains("decision=restart-policy"), "{log}");
     assert!(log.contains("decision=compose"), "{log}");
 
-    assert!(guard.terminate().success());
+    assert!(guard.signal("-TERM").success());
     assert!(!exists(daemon, restarting));
     assert!(!exists(daemon, compose));
 }
@@ -760,7 +555,7 @@ fn every_container_created_through_the_guard_carries_the_owner_label() {
     let daemon = dockerd::shared();
     for policy in ["rm", "deny", "reap", "audit"] {
         let uid = uid(&format!("label-{policy}"));
-        let guard = Guard::start(daemon, policy, &uid);
+        let guard = start_guard(daemon, policy, &uid);
         let created = ok(guard.docker().args([
             "create",
             "--pull=never",
@@ -805,7 +600,7 @@ fn raw_bypass_attempts_on_the_create_path_all_get_the_policy() {
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
     let uid = uid("bypass");
-    let guard = Guard::start(daemon, "deny", &uid);
+    let guard = start_guard(daemon, "deny", &uid);
     let body = r#"{"Image":"busybox:latest","Cmd":["true"],"HostConfig":{"NetworkMode":"none"}}"#;
     let two_spellings = r#"{"Image":"busybox:latest","hostconfig":{"AutoRemove":false},"HostConfig":{"AutoRemove":true}}"#;
 
@@ -915,7 +710,7 @@ fn raw_bypass_attempts_on_the_create_path_all_get_the_policy() {
 
     // Under rm, the rewritten body is what the daemon gets, however the create was spelled.
     let uid = self::uid("bypass-rm");
-    let guard = Guard::start(daemon, "rm", &uid);
+    let guard = start_guard(daemon, "rm", &uid);
     let lower =
         r#"{"Image":"busybox:latest","hostconfig":{"AutoRemove":false,"NetworkMode":"none"}}"#;
     let names: Vec<String> = (1..=4)
@@ -969,7 +764,7 @@ fn raw_bypass_attempts_on_the_create_path_all_get_the_policy() {
 fn a_hijacked_attach_without_upgrade_relays_stdin_and_output() {
     let _lock = shared_daemon();
     let daemon = dockerd::shared();
-    let guard = Guard::start(daemon, "rm", &uid("hijack"));
+    let guard = start_guard(daemon, "rm", &uid("hijack"));
     let body = json!({
         "Image": "busybox:latest",
         "Cmd": ["cat"],
@@ -1028,7 +823,7 @@ fn an_unreachable_daemon_gets_a_502_with_a_json_message() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = format!("unix://{}/nowhere/docker.sock", dir.path().display());
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let guard = Guard::start_with(
+    let guard = Guard::start(
         &missing,
         &uid("unreachable"),
         &[
@@ -1058,7 +853,7 @@ fn an_unreachable_daemon_gets_a_502_with_a_json_message() {
         "{}",
         text(&out.stderr)
     );
-    let text = http_get(metrics, "/metrics").expect("metrics");
+    let (_, text) = http_get(metrics, "/metrics").expect("metrics");
     assert!(
         !text.contains("podmend_guard_upstream_errors_total 0\n"),
         "{text}"
@@ -1207,7 +1002,7 @@ fn a_tls_daemon_is_verified_and_spoken_to_with_a_client_certificate() {
         &server_key,
     ]);
     let uid = uid("tls");
-    let guard = Guard::start_with(
+    let guard = Guard::start(
         &tcp,
         &uid,
         &[
@@ -1243,7 +1038,7 @@ fn a_tls_daemon_is_verified_and_spoken_to_with_a_client_certificate() {
     std::fs::write(other.path().join("ca.pem"), stranger.cert.pem()).unwrap();
     std::fs::copy(client_dir.join("cert.pem"), other.path().join("cert.pem")).unwrap();
     std::fs::copy(client_dir.join("key.pem"), other.path().join("key.pem")).unwrap();
-    let guard = Guard::start_with(
+    let guard = Guard::start(
         &tcp,
         &self::uid("tls-wrong-ca"),
         &[
@@ -1279,7 +1074,7 @@ fn guard_reap_older_than_removes_old_stopped_labelled_containers_and_leaves_the_
     let _lock = exclusive();
     let daemon = dockerd::shared();
     let uid = uid("older");
-    let guard = Guard::start(daemon, "reap", &uid);
+    let guard = start_guard(daemon, "reap", &uid);
     let old = ok(guard.docker().args(RUN).args(["-d", "busybox", "true"]));
     let running = ok(guard
         .docker()
@@ -1360,8 +1155,8 @@ async fn pods_gone() {
 
     let (alive_ids, gone_ids, dry, done) = tokio::task::spawn_blocking(move || {
         let daemon = dockerd::shared();
-        let alive_guard = Guard::start(daemon, "reap", &alive);
-        let gone_guard = Guard::start(daemon, "reap", &gone);
+        let alive_guard = start_guard(daemon, "reap", &alive);
+        let gone_guard = start_guard(daemon, "reap", &gone);
         let mut alive_ids = vec![ok(alive_guard
             .docker()
             .args(RUN)

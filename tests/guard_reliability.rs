@@ -23,15 +23,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::api_stub::ApiStub;
-use common::dockerd::{self, Dockerd, docker_cli, run, text, wait_with_timeout};
+use common::dockerd::{self, Dockerd, run, text, wait_with_timeout};
+use common::guard::{Guard, OWNER, PODMEND, RUN, TIMEOUT, daemon_labelled, exists, inspect, ok};
 use serde_json::{Value, json};
 
-const PODMEND: &str = env!("CARGO_BIN_EXE_podmend");
-const TIMEOUT: Duration = Duration::from_secs(90);
-const OWNER: &str = "podmend.io/owner-pod";
 const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on this CI runner (docker run --rm ...); ask the cluster admin to set the pod annotation podmend.io/dind-policy to reap or audit to allow it";
-/// Every `docker run` of these tests: never a registry, never a network.
-const RUN: [&str; 3] = ["run", "--pull=never", "--network=none"];
 /// The label every create of the bypass tests carries, valued with its case's marker.
 const MARKER: &str = "podmend-test.marker";
 
@@ -40,185 +36,35 @@ fn unique(test: &str) -> String {
     format!("podmend-{test}-{}", std::process::id())
 }
 
-/// A running `podmend guard` on a Unix socket.
-struct Guard {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-    uid: String,
-    upstream: String,
+/// A guard with `--policy policy` on a socket in its own directory.
+fn start_guard(upstream: &str, uid: &str, policy: &str) -> Guard {
+    Guard::start(upstream, uid, &["--policy", policy])
 }
 
-impl Guard {
-    /// A guard on a socket in its own directory.
-    fn start(upstream: &str, uid: &str, policy: &str) -> Guard {
-        let dir = tempfile::Builder::new()
-            .prefix("podmend-guard-")
-            .tempdir()
-            .expect("tempdir");
-        let socket = dir.path().join("guard.sock");
-        Guard::start_in(dir, socket, upstream, uid, policy)
-    }
-
-    /// A guard on `socket`, wherever it is (a second guard on a dead one's socket).
-    fn start_on(socket: &Path, upstream: &str, uid: &str, policy: &str) -> Guard {
-        let dir = tempfile::Builder::new()
-            .prefix("podmend-guard-")
-            .tempdir()
-            .expect("tempdir");
-        Guard::start_in(dir, socket.to_path_buf(), upstream, uid, policy)
-    }
-
-    fn start_in(
-        dir: tempfile::TempDir,
-        socket: PathBuf,
-        upstream: &str,
-        uid: &str,
-        policy: &str,
-    ) -> Guard {
-        let log = std::fs::File::create(dir.path().join("guard.log")).expect("log file");
-        let child = Command::new(PODMEND)
-            .args(["guard", "--listen"])
-            .arg(format!("unix://{}", socket.display()))
-            .args(["--upstream", upstream, "--owner-pod-uid", uid])
-            .args(["--policy", policy])
-            .env("RUST_LOG", "info")
-            .env_remove("DOCKER_CERT_PATH")
-            .env_remove("PODMEND_OWNER_POD_UID")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log file"))
-            .stderr(log)
-            .spawn()
-            .expect("start podmend guard");
-        let mut guard = Guard {
-            child: Some(child),
-            dir,
-            socket,
-            uid: uid.to_string(),
-            upstream: upstream.to_string(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        // A stale socket file accepts no connection: wait for the new listener.
-        while UnixStream::connect(&guard.socket).is_err() {
-            if let Some(status) = guard.exited() {
-                panic!("podmend guard exited with {status}: {}", guard.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "guard did not listen: {}",
-                guard.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        guard
-    }
-
-    fn host(&self) -> String {
-        format!("unix://{}", self.socket.display())
-    }
-
-    /// The docker CLI first on PATH, aimed at this guard.
-    fn docker(&self) -> Command {
-        docker_cli(&self.host(), &self.dir.path().join("cli-config"))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("guard.log")).unwrap_or_default()
-    }
-
-    /// The exit status, if the guard has exited.
-    fn exited(&mut self) -> Option<ExitStatus> {
-        self.child
-            .as_mut()
-            .and_then(|c| c.try_wait().ok().flatten())
-    }
-
-    /// Sends `signal` (`-KILL`, `-TERM`) and waits for the exit.
-    fn signal(&mut self, signal: &str) -> ExitStatus {
-        let mut child = self.child.take().expect("running");
-        let sent = Command::new("kill")
-            .arg(signal)
-            .arg(child.id().to_string())
-            .status()
-            .expect("kill");
-        assert!(sent.success());
-        wait_with_timeout(&mut child, Duration::from_secs(40)).expect("the guard exits")
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if std::thread::panicking() {
-            eprintln!("--- podmend guard log ---\n{}", self.log());
-        }
-        // Best effort: the daemon may be down (that may be the test).
-        let config = self.dir.path().join("cleanup-cli");
-        let label = format!("{OWNER}={}", self.uid);
-        let ids = labelled(&self.upstream, &config, &label);
-        if !ids.is_empty() {
-            let _ = run(
-                docker_cli(&self.upstream, &config)
-                    .args(["rm", "-f", "-v"])
-                    .args(&ids),
-                None,
-                TIMEOUT,
-            );
-        }
-    }
-}
-
-/// Ids of every container carrying `label`, asking `host` (empty if it cannot answer).
-fn labelled(host: &str, config: &Path, label: &str) -> Vec<String> {
-    let out = run(
-        docker_cli(host, config)
-            .args(["ps", "-aq", "--no-trunc", "--filter"])
-            .arg(format!("label={label}")),
-        None,
-        TIMEOUT,
+/// A guard on `socket`, wherever it is (a second guard on a dead one's socket): a stale
+/// socket file accepts no connection, so this waits for the new listener.
+fn start_guard_on(socket: &Path, upstream: &str, uid: &str, policy: &str) -> Guard {
+    let dir = tempfile::Builder::new()
+        .prefix("podmend-guard-")
+        .tempdir()
+        .expect("tempdir");
+    let listen = format!("unix://{}", socket.display());
+    let extra = ["--policy", policy];
+    let guard = Guard::spawn(
+        dir,
+        socket.to_path_buf(),
+        &["--listen", &listen],
+        upstream,
+        uid,
+        &extra,
     );
-    text(&out.stdout).lines().map(str::to_string).collect()
-}
-
-fn daemon_labelled(daemon: &Dockerd, label: &str) -> Vec<String> {
-    labelled(&daemon.host(), &daemon.dir().join("cli-config"), label)
+    guard.wait_for_socket();
+    guard
 }
 
 /// Whether the daemon holds a container labelled with a test case's `marker`.
 fn marked(daemon: &Dockerd, marker: &str) -> bool {
     !daemon_labelled(daemon, &format!("{MARKER}={marker}")).is_empty()
-}
-
-/// Runs a docker command, asserting success; returns its stdout.
-fn ok(command: &mut Command) -> String {
-    let out = run(command, None, TIMEOUT);
-    assert!(
-        out.status.success(),
-        "{command:?} failed ({}): {}{}",
-        out.status,
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
-
-fn inspect(daemon: &Dockerd, id: &str, format: &str) -> String {
-    ok(daemon.docker().args(["inspect", "-f", format, id]))
-        .trim()
-        .to_string()
-}
-
-fn exists(daemon: &Dockerd, id: &str) -> bool {
-    run(
-        daemon.docker().args(["inspect", "--type", "container", id]),
-        None,
-        TIMEOUT,
-    )
-    .status
-    .success()
 }
 
 /// A relay in front of dockerd that records every byte sent to it: what the guard let
@@ -426,7 +272,7 @@ fn every_spelling_of_the_create_path_is_refused_and_never_reaches_the_daemon() {
     let daemon = dockerd::shared();
     let tap = Tap::start(daemon.socket());
     let run_id = unique("paths");
-    let guard = Guard::start(&tap.host(), &run_id, "deny");
+    let guard = start_guard(&tap.host(), &run_id, "deny");
 
     // (target, HTTP version, method, whether dockerd 20.10 itself creates a container for it)
     let cases: [(&str, &str, &str, bool); 20] = [
@@ -523,7 +369,7 @@ fn framing_tricks_get_the_policy_or_a_400_and_never_smuggle_a_create_through() {
     let daemon = dockerd::shared();
     let tap = Tap::start(daemon.socket());
     let run_id = unique("framing");
-    let guard = Guard::start(&tap.host(), &run_id, "deny");
+    let guard = start_guard(&tap.host(), &run_id, "deny");
     let create = |marker: &str, close: bool| {
         request(
             "POST",
@@ -729,7 +575,7 @@ fn create_bodies_are_judged_the_way_dockerd_decodes_them() {
     let daemon = dockerd::shared();
     let tap = Tap::start(daemon.socket());
     let run_id = unique("bodies");
-    let guard = Guard::start(&tap.host(), &run_id, "deny");
+    let guard = start_guard(&tap.host(), &run_id, "deny");
 
     // (case, body with MARKER/MARK for the label and the marker, the guard's answer); what is
     // created must be --rm, what is refused must not have reached the daemon.
@@ -821,7 +667,7 @@ fn create_bodies_are_judged_the_way_dockerd_decodes_them() {
 fn bytes_after_an_upgraded_attach_are_the_containers_stdin_not_requests() {
     let daemon = dockerd::shared();
     let run_id = unique("upgrade");
-    let guard = Guard::start(&daemon.host(), &run_id, "deny");
+    let guard = start_guard(&daemon.host(), &run_id, "deny");
     let body = json!({
         "Image": "busybox:latest",
         "Cmd": ["cat"],
@@ -923,7 +769,7 @@ fn bytes_after_an_upgraded_attach_are_the_containers_stdin_not_requests() {
 fn under_rm_a_scheme_prefixed_create_gets_auto_remove_and_the_owner_label() {
     let daemon = dockerd::shared();
     let run_id = unique("scheme-rm");
-    let guard = Guard::start(&daemon.host(), &run_id, "rm");
+    let guard = start_guard(&daemon.host(), &run_id, "rm");
     for (i, target) in ["http:/containers/create", "x:/v1.41/containers/create"]
         .iter()
         .enumerate()
@@ -961,7 +807,7 @@ fn under_rm_a_scheme_prefixed_create_gets_auto_remove_and_the_owner_label() {
 #[test]
 fn a_lower_case_head_gets_the_daemons_body_and_the_next_answer_is_not_garbled() {
     let daemon = dockerd::shared();
-    let guard = Guard::start(&daemon.host(), &unique("head"), "rm");
+    let guard = start_guard(&daemon.host(), &unique("head"), "rm");
     let responses = raw(
         &guard.socket,
         b"head /_ping HTTP/1.1\r\nHost: docker\r\n\r\nGET /_ping HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n",
@@ -1053,7 +899,7 @@ fn a_daemon_restarted_mid_stream_ends_the_streams_with_errors_and_later_requests
     // Its own daemon: this one is stopped and started again. Containers stop within 1 s.
     let mut daemon = Dockerd::start_with(&["--shutdown-timeout", "1"]);
     let run_id = unique("restart");
-    let mut guard = Guard::start(&daemon.host(), &run_id, "rm");
+    let mut guard = start_guard(&daemon.host(), &run_id, "rm");
 
     // Three clients in the middle of streams through the guard.
     let events = Streaming::spawn(
@@ -1174,7 +1020,7 @@ fn a_guard_killed_with_sigkill_comes_back_on_its_stale_socket_and_sigterm_then_r
     let sockets = tempfile::tempdir().expect("tempdir");
     let socket = sockets.path().join("docker.sock");
 
-    let mut first = Guard::start_on(&socket, &daemon.host(), &uid, "rm");
+    let mut first = start_guard_on(&socket, &daemon.host(), &uid, "rm");
     let before = ok(first
         .docker()
         .args(RUN)
@@ -1191,7 +1037,7 @@ fn a_guard_killed_with_sigkill_comes_back_on_its_stale_socket_and_sigterm_then_r
     );
 
     // The kubelet restarts the sidecar: same pod UID, same socket path.
-    let mut second = Guard::start_on(&socket, &daemon.host(), &uid, "rm");
+    let mut second = start_guard_on(&socket, &daemon.host(), &uid, "rm");
     assert_eq!(
         ok(second.docker().args(RUN).args(["busybox", "echo", "again"])),
         "again\n"
@@ -1228,7 +1074,7 @@ fn after_a_sigkill_guard_reap_removes_the_dead_pods_running_containers_and_nothi
         })],
     );
 
-    let mut guard = Guard::start(&daemon.host(), &killed, "rm");
+    let mut guard = start_guard(&daemon.host(), &killed, "rm");
     let killed_ids = [
         ok(guard
             .docker()
@@ -1242,7 +1088,7 @@ fn after_a_sigkill_guard_reap_removes_the_dead_pods_running_containers_and_nothi
             .docker()
             .args(["create", "--pull=never", "--network=none", "busybox"])),
     ];
-    let alive_guard = Guard::start(&daemon.host(), &alive, "rm");
+    let alive_guard = start_guard(&daemon.host(), &alive, "rm");
     let kept = [
         ok(alive_guard
             .docker()
@@ -1317,8 +1163,8 @@ fn swarm_services_are_refused_under_rm_and_allowed_under_audit() {
     // are restarted by swarm, so neither the clean-up nor `guard reap` would see them.
     let daemon = Dockerd::start_with(&[]);
     let run_id = unique("swarm");
-    let rm = Guard::start(&daemon.host(), &run_id, "rm");
-    let audit = Guard::start(&daemon.host(), &format!("{run_id}-audit"), "audit");
+    let rm = start_guard(&daemon.host(), &run_id, "rm");
+    let audit = start_guard(&daemon.host(), &format!("{run_id}-audit"), "audit");
     let state = || {
         ok(daemon
             .docker()

@@ -2,8 +2,7 @@
 //! docker CLI calls they share. The guard's own socket lives in its own directory; its log
 //! is printed when a test fails.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -170,8 +169,9 @@ impl Drop for Guard {
         if let Some(host) = &self.cleanup_host {
             // Best effort: the daemon may be unreachable (that may be the test).
             let config = self.dir.path().join("cleanup-cli");
-            let ids = labelled(host, &config, &format!("{OWNER}={}", self.uid));
-            if !ids.is_empty() {
+            let listed = list_labelled(host, &config, &format!("{OWNER}={}", self.uid));
+            let ids: Vec<String> = text(&listed.stdout).lines().map(str::to_string).collect();
+            if listed.status.success() && !ids.is_empty() {
                 let _ = run(
                     docker_cli(host, &config)
                         .args(["rm", "-f", "-v"])
@@ -204,17 +204,23 @@ pub fn debian_cli(host: &str, config_dir: &Path) -> Command {
     command
 }
 
-/// Ids of every container (running or not) carrying `label`, asking `host` directly (none
-/// when it cannot answer).
+/// Ids of every container (running or not) carrying `label`, asking `host` directly; a
+/// daemon that cannot answer fails the test (an empty list must mean none are left).
 pub fn labelled(host: &str, config: &Path, label: &str) -> Vec<String> {
-    let out = run(
+    let out = list_labelled(host, config, label);
+    assert!(out.status.success(), "docker ps: {}", text(&out.stderr));
+    text(&out.stdout).lines().map(str::to_string).collect()
+}
+
+/// `docker ps -aq` for `label`, whatever its outcome.
+fn list_labelled(host: &str, config: &Path, label: &str) -> Output {
+    run(
         docker_cli(host, config)
             .args(["ps", "-aq", "--no-trunc", "--filter"])
             .arg(format!("label={label}")),
         None,
         TIMEOUT,
-    );
-    text(&out.stdout).lines().map(str::to_string).collect()
+    )
 }
 
 pub fn daemon_labelled(daemon: &Dockerd, label: &str) -> Vec<String> {
@@ -273,29 +279,15 @@ pub fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool)
     }
 }
 
+/// A free loopback port (see `net::free_port`).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+    super::net::free_port().port()
 }
 
 /// `GET path` over plain HTTP: (status, body), or `None` when nothing answers.
 pub fn http_get(address: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(address).ok()?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .ok()?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: podmend\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).ok()?;
-    let status = answer.get(9..12)?.parse().ok()?;
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    Some((status, body.to_string()))
+    let timeout = Duration::from_secs(10);
+    super::net::http_get(address, path, timeout, timeout).ok()
 }
 
 /// The value of the metric line starting with `name` (with its labels), from `/metrics`.
