@@ -361,6 +361,32 @@ impl<T> Projection<T> {
     }
 }
 
+/// Nodes and LimitRanges listed once and kept as the caches keep them: what `audit
+/// --cluster` answers the rules' look-ups from, in the memory `serve` needs for the same.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    pub nodes: NodeTable,
+    pub limit_ranges: LimitRangeTable,
+}
+
+impl super::ClusterView for Snapshot {
+    fn lookups_enabled(&self) -> bool {
+        true
+    }
+
+    fn node_taints(&self, name: &str) -> Option<Vec<Taint>> {
+        self.nodes.get(name).map(NodeEntry::taints)
+    }
+
+    fn node_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.nodes.get(name).map(NodeEntry::labels)
+    }
+
+    fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
+        self.limit_ranges.items(namespace)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

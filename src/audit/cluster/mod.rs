@@ -11,7 +11,7 @@ use std::collections::HashMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{LimitRange, Node, Pod, PodTemplate, ReplicationController};
+use k8s_openapi::api::core::v1::{Pod, PodTemplate, ReplicationController};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use serde_json::{Map, Value, json};
@@ -21,7 +21,7 @@ use lister::Lister;
 use symptoms::{OwnerInfo, OwnerKey, PodSymptoms, owner_info};
 
 use super::{Report, Source};
-use crate::cluster::StaticCluster;
+use crate::cluster::cached::{CachedLimitRange, CachedNode, Snapshot, Table as _};
 use crate::engine::Engine;
 
 /// What the audit needs when a list is forbidden.
@@ -95,29 +95,21 @@ pub async fn audit_cluster(
 }
 
 /// What the rules may ask of the cluster: every Node's taints and the LimitRanges (of the
-/// namespace, or all).
-async fn lookups(client: &Client, lister: &Lister<'_>) -> Result<StaticCluster, ClusterAuditError> {
-    let mut cluster = StaticCluster::empty();
+/// namespace, or all), parsed and kept only as far as the rules read them.
+async fn lookups(client: &Client, lister: &Lister<'_>) -> Result<Snapshot, ClusterAuditError> {
+    let mut cluster = Snapshot::default();
     lister
-        .list(Api::<Node>::all(client.clone()), "nodes", |node: Node| {
-            let name = node.metadata.name.unwrap_or_default();
-            let taints = node.spec.and_then(|s| s.taints).unwrap_or_default();
-            cluster.nodes.insert(name, taints);
+        .list(Api::<CachedNode>::all(client.clone()), "nodes", |node| {
+            cluster.nodes.insert(node);
         })
         .await?;
     let limit_ranges = match lister.namespace {
-        Some(ns) => Api::<LimitRange>::namespaced(client.clone(), ns),
-        None => Api::<LimitRange>::all(client.clone()),
+        Some(ns) => Api::<CachedLimitRange>::namespaced(client.clone(), ns),
+        None => Api::<CachedLimitRange>::all(client.clone()),
     };
     lister
-        .list(limit_ranges, "limitranges", |lr: LimitRange| {
-            let namespace = lr.metadata.namespace.unwrap_or_default();
-            let items = lr.spec.map(|s| s.limits).unwrap_or_default();
-            cluster
-                .limit_ranges
-                .entry(namespace)
-                .or_default()
-                .extend(items);
+        .list(limit_ranges, "limitranges", |range| {
+            cluster.limit_ranges.insert(range);
         })
         .await?;
     Ok(cluster)
@@ -128,7 +120,7 @@ struct ClusterAudit<'a> {
     client: &'a Client,
     lister: &'a Lister<'a>,
     engine: &'a Engine,
-    cluster: StaticCluster,
+    cluster: Snapshot,
 }
 
 impl ClusterAudit<'_> {
