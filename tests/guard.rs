@@ -11,7 +11,7 @@ mod common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
@@ -22,7 +22,8 @@ use common::guard::{
     Guard, OWNER, PODMEND, RUN, TIMEOUT, daemon_labelled, exists, free_port, http_get, inspect, ok,
     uid, wait_until,
 };
-use serde_json::{Value, json};
+use common::raw_http::raw;
+use serde_json::json;
 
 const REAP: &str = "podmend.io/reap";
 const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on this CI runner (docker run --rm ...); ask the cluster admin to set the pod annotation podmend.io/dind-policy to reap or audit to allow it";
@@ -42,81 +43,6 @@ fn exclusive() -> RwLockWriteGuard<'static, ()> {
 /// A guard with `--policy policy` in front of `daemon`.
 fn start_guard(daemon: &Dockerd, policy: &str, uid: &str) -> Guard {
     Guard::start(&daemon.host(), uid, &["--policy", policy])
-}
-
-/// One HTTP response read off a raw connection.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&self.body)))
-    }
-}
-
-/// Writes `request` (one or more pipelined requests, the last with `Connection: close`) to
-/// `socket` and reads every response until the connection closes.
-fn raw(socket: &Path, request: &[u8]) -> Vec<Response> {
-    let mut stream = UnixStream::connect(socket).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    stream.write_all(request).expect("write request");
-    let mut data = Vec::new();
-    stream.read_to_end(&mut data).expect("read responses");
-    parse_responses(&data)
-}
-
-fn parse_responses(mut data: &[u8]) -> Vec<Response> {
-    let mut responses = Vec::new();
-    while !data.is_empty() {
-        let end = data
-            .windows(4)
-            .position(|w| w == b"\r\n\r\n")
-            .unwrap_or_else(|| panic!("no complete head in {:?}", text(data)))
-            + 4;
-        let head = text(&data[..end]);
-        data = &data[end..];
-        let status: u16 = head[9..12].parse().expect("status");
-        let lower = head.to_ascii_lowercase();
-        let body = if let Some(length) = lower
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-        {
-            let length: usize = length.trim().parse().expect("length");
-            let body = data[..length].to_vec();
-            data = &data[length..];
-            body
-        } else if lower.contains("transfer-encoding: chunked") {
-            let mut body = Vec::new();
-            loop {
-                let line_end = data
-                    .windows(2)
-                    .position(|w| w == b"\r\n")
-                    .expect("chunk line");
-                let size = usize::from_str_radix(text(&data[..line_end]).trim(), 16).expect("size");
-                data = &data[line_end + 2..];
-                if size == 0 {
-                    data = &data[2..];
-                    break;
-                }
-                body.extend_from_slice(&data[..size]);
-                data = &data[size + 2..];
-            }
-            body
-        } else if status == 204 || status == 304 {
-            Vec::new()
-        } else {
-            std::mem::take(&mut data).to_vec()
-        };
-        responses.push(Response { status, head, body });
-    }
-    responses
 }
 
 /// A request with a Content-Length body.

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, run, text, wait_with_timeout};
 use common::guard::{Guard, OWNER, PODMEND, RUN, TIMEOUT, daemon_labelled, exists, inspect, ok};
-use serde_json::{Value, json};
+use common::raw_http::{raw, read_one};
+use serde_json::json;
 
 const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on this CI runner (docker run --rm ...); ask the cluster admin to set the pod annotation podmend.io/dind-policy to reap or audit to allow it";
 /// The label every create of the bypass tests carries, valued with its case's marker.
@@ -138,101 +139,6 @@ fn relay(client: UnixStream, daemon: UnixStream, record: Arc<Mutex<Vec<u8>>>) {
     let _ = std::io::copy(&mut daemon_in, &mut client_out);
     let _ = client_out.shutdown(std::net::Shutdown::Write);
     let _ = up.join();
-}
-
-/// One HTTP response read off a raw connection.
-#[derive(Debug)]
-struct Response {
-    status: u16,
-    head: String,
-    body: Vec<u8>,
-}
-
-impl Response {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&self.body)))
-    }
-}
-
-/// Writes `request` (one or more pipelined requests, the last with `Connection: close`) to
-/// `socket` and reads every response until the connection closes.
-fn raw(socket: &Path, request: &[u8]) -> Vec<Response> {
-    let mut stream = UnixStream::connect(socket).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    stream.write_all(request).expect("write request");
-    let mut data = Vec::new();
-    stream.read_to_end(&mut data).expect("read responses");
-    let mut responses = Vec::new();
-    let mut rest = data.as_slice();
-    while !rest.is_empty() {
-        let (response, used) = parse_response(rest)
-            .unwrap_or_else(|| panic!("an incomplete response: {:?}", text(rest)));
-        responses.push(response);
-        rest = &rest[used..];
-    }
-    responses
-}
-
-/// The first response in `data` and how many bytes it took, if it is complete (a response
-/// framed by neither length nor chunks takes everything).
-fn parse_response(data: &[u8]) -> Option<(Response, usize)> {
-    let end = data.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
-    let head = text(&data[..end]);
-    let status: u16 = head.get(9..12)?.parse().ok()?;
-    let lower = head.to_ascii_lowercase();
-    let mut at = end;
-    let body = if let Some(length) = lower
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-    {
-        let length: usize = length.trim().parse().ok()?;
-        at += length;
-        data.get(end..at)?.to_vec()
-    } else if lower.contains("transfer-encoding: chunked") {
-        let mut body = Vec::new();
-        loop {
-            let line = data[at..].windows(2).position(|w| w == b"\r\n")?;
-            let size = usize::from_str_radix(text(&data[at..at + line]).trim(), 16).ok()?;
-            at += line + 2;
-            if size == 0 {
-                at += 2;
-                break;
-            }
-            body.extend_from_slice(data.get(at..at + size)?);
-            at += size + 2;
-        }
-        body
-    } else if status == 204 || status == 304 || (100..200).contains(&status) {
-        Vec::new()
-    } else {
-        at = data.len();
-        data[end..].to_vec()
-    };
-    (at <= data.len()).then_some((Response { status, head, body }, at))
-}
-
-/// Reads exactly one response from a kept-alive connection.
-fn read_one(stream: &mut UnixStream, buffer: &mut Vec<u8>) -> Response {
-    loop {
-        // Only framed answers: one without framing would run to the end of the connection.
-        if let Some((response, used)) = parse_response(buffer)
-            && (response
-                .head
-                .to_ascii_lowercase()
-                .contains("content-length")
-                || response.head.to_ascii_lowercase().contains("chunked"))
-        {
-            buffer.drain(..used);
-            return response;
-        }
-        let mut chunk = [0u8; 16 * 1024];
-        let n = stream.read(&mut chunk).expect("read a response");
-        assert!(n > 0, "the connection closed: {:?}", text(buffer));
-        buffer.extend_from_slice(&chunk[..n]);
-    }
 }
 
 /// A create request for `target` with a Content-Length body.

@@ -11,6 +11,7 @@ pub mod k8s_rules;
 pub mod net;
 pub mod pod_gen;
 pub mod python;
+pub mod raw_http;
 pub mod schema;
 pub mod server;
 pub mod spawn;
