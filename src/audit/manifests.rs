@@ -226,10 +226,16 @@ fn is_marker(line: &str, marker: &str) -> bool {
 }
 
 fn parse_yaml_stream(name: &str, text: &str, errors: &mut Vec<InputError>) -> Vec<Document> {
+    // Lines are counted once through the stream, not again from its start per document.
+    let (mut line, mut counted) = (1, 0);
     document_ranges(text)
         .into_iter()
         .enumerate()
-        .map(|(position, range)| parse_yaml_document(name, text, position + 1, range, errors))
+        .map(|(position, range)| {
+            line += text[counted..range.start].matches('\n').count();
+            counted = range.start;
+            parse_yaml_document(name, text, position + 1, range, line, errors)
+        })
         .collect()
 }
 
@@ -289,15 +295,16 @@ fn header(chunk: &str, first_line: usize) -> Header {
     header
 }
 
-/// Document `index` (1-based) of `text`, at `range`; what cannot be read goes to `errors`.
+/// Document `index` (1-based) of `text`, at `range`, which starts on line `first_line`; what
+/// cannot be read goes to `errors`.
 fn parse_yaml_document(
     name: &str,
     text: &str,
     index: usize,
     range: Range<usize>,
+    first_line: usize,
     errors: &mut Vec<InputError>,
 ) -> Document {
-    let first_line = 1 + text[..range.start].matches('\n').count();
     let chunk = &text[range.clone()];
     let header = header(chunk, first_line);
     let body = &chunk[header.len..];
