@@ -85,7 +85,7 @@ usage: cargo bench --bench scale -- [OPTIONS]
   --only serve|audit     one of the two (default both)
   --rounds R             runs of each (default 1)
   --settle S             seconds after ready before serve's RSS is read (default 3)
-  --page-size P          audit --page-size (default: podmend's, 500)
+  --page-size P          audit --page-size (default: podmend's, 250)
   --server-bin PATH      podmend binary (default: the one cargo built, release under bench)
   --json FILE            write every figure as JSON
   --show RESOURCE/INDEX  print one object as the stand-in serves it (nodes/0, pods/42, ...)

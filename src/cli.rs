@@ -239,7 +239,7 @@ pub struct AuditArgs {
     #[arg(short = 'n', long, requires = "cluster")]
     pub namespace: Option<String>,
     /// Objects per list request (with --cluster).
-    #[arg(long, default_value_t = 500, requires = "cluster", value_parser = clap::value_parser!(u32).range(1..=10000))]
+    #[arg(long, default_value_t = crate::audit::cluster::DEFAULT_PAGE_SIZE, requires = "cluster", value_parser = clap::value_parser!(u32).range(1..=10000))]
     pub page_size: u32,
     /// Output: table, json, sarif, patch (JSON Lines), yaml (the manifests, repaired).
     #[arg(short = 'o', long, value_enum, default_value = "table")]

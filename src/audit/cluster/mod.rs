@@ -27,6 +27,10 @@ use crate::engine::Engine;
 /// What the audit needs when a list is forbidden.
 const AUDIT_NEEDS: &str = "the audit needs list on nodes, limitranges, pods, podtemplates, replicationcontrollers, deployments, replicasets, statefulsets, daemonsets, jobs and cronjobs (the chart's reports CronJob has exactly these), or use -n NAMESPACE";
 
+/// Objects per list request unless told otherwise: at 100,000 pods a page of 250 holds the
+/// audit's peak at ~48 MiB where 500 took ~64 MiB, and lists no slower (BENCHMARKS.md).
+pub const DEFAULT_PAGE_SIZE: u32 = 250;
+
 /// What to audit and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterAuditOptions {
@@ -42,7 +46,7 @@ impl Default for ClusterAuditOptions {
     fn default() -> Self {
         Self {
             namespace: None,
-            page_size: 500,
+            page_size: DEFAULT_PAGE_SIZE,
             progress: false,
         }
     }
