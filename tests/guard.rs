@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, docker_cli, run, text, wait_with_timeout};
 use common::guard::{
-    Guard, OWNER, PODMEND, RUN, TIMEOUT, daemon_labelled, exists, free_port, http_get, inspect, ok,
-    uid, wait_until,
+    Guard, OWNER, PODMEND, Pki, RUN, TIMEOUT, daemon_labelled, exists, free_port, http_get,
+    inspect, ok, reap_command, uid, wait_until,
 };
 use common::raw_http::raw;
 use serde_json::json;
@@ -871,62 +871,13 @@ fn the_guard_refuses_to_start_without_an_owner_pod_uid_or_with_a_bad_upstream() 
 
 #[test]
 fn a_tls_daemon_is_verified_and_spoken_to_with_a_client_certificate() {
-    use rcgen::{
-        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-        KeyUsagePurpose,
-    };
-    let pki = tempfile::tempdir().expect("tempdir");
-    let ca_key = KeyPair::generate().expect("key");
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("params");
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca_params.self_signed(&ca_key).expect("CA");
-    let ca = Issuer::new(ca_params, ca_key);
-    let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
-        let key = KeyPair::generate().expect("key");
-        let mut params = CertificateParams::new(names).expect("params");
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &ca).expect("leaf");
-        (cert.pem(), key.serialize_pem())
-    };
-    let (server_cert, server_key) = leaf(
-        vec!["127.0.0.1".to_string(), "localhost".to_string()],
-        ExtendedKeyUsagePurpose::ServerAuth,
-    );
-    let (client_cert, client_key) = leaf(
-        vec!["client".to_string()],
-        ExtendedKeyUsagePurpose::ClientAuth,
-    );
-    let write = |name: &str, content: &str| {
-        let path = pki.path().join(name);
-        std::fs::write(&path, content).expect("write pem");
-        path.display().to_string()
-    };
-    let ca_pem = write("ca.pem", &ca_cert.pem());
-    let server_cert = write("server-cert.pem", &server_cert);
-    let server_key = write("server-key.pem", &server_key);
-    let client_dir = pki.path().join("client");
-    std::fs::create_dir(&client_dir).unwrap();
-    std::fs::write(client_dir.join("ca.pem"), ca_cert.pem()).unwrap();
-    std::fs::write(client_dir.join("cert.pem"), client_cert).unwrap();
-    std::fs::write(client_dir.join("key.pem"), client_key).unwrap();
-
+    let pki = Pki::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let client_dir = dir.path().join("client");
+    pki.write_client(&client_dir);
     let port = free_port();
     let tcp = format!("tcp://127.0.0.1:{port}");
-    let daemon = Dockerd::start_with(&[
-        "-H",
-        &tcp,
-        "--tlsverify",
-        "--tlscacert",
-        &ca_pem,
-        "--tlscert",
-        &server_cert,
-        "--tlskey",
-        &server_key,
-    ]);
+    let daemon = pki.dockerd(dir.path(), port);
     let uid = uid("tls");
     let guard = Guard::start(
         &tcp,
@@ -984,15 +935,7 @@ fn a_tls_daemon_is_verified_and_spoken_to_with_a_client_certificate() {
 
 /// `podmend guard reap ...` against `daemon`.
 fn reap(daemon: &Dockerd, args: &[&str]) -> Output {
-    run(
-        Command::new(PODMEND)
-            .args(["guard", "reap", "--upstream", &daemon.host()])
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .env_remove("DOCKER_CERT_PATH"),
-        None,
-        TIMEOUT,
-    )
+    run(reap_command(&daemon.host()).args(args), None, TIMEOUT)
 }
 
 #[test]

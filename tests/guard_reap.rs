@@ -14,8 +14,8 @@ use std::time::Duration;
 use common::api_stub::ApiStub;
 use common::dockerd::{Dockerd, run, text, wait_with_timeout};
 use common::guard::{
-    Guard, OWNER, PODMEND, RUN, TIMEOUT, daemon_labelled, exists, free_port, http_get,
-    image_exists, metric, ok, uid, wait_until,
+    Guard, OWNER, RUN, TIMEOUT, daemon_labelled, exists, free_port, http_get, image_exists, metric,
+    ok, reap_command, uid, wait_until,
 };
 use serde_json::{Value, json};
 
@@ -109,18 +109,10 @@ fn containers_a_sigkilled_guard_left_are_removed_by_the_reaper_once_the_api_says
 
     // A misspelt node name lists no pod: nothing is removed.
     let typo = run(
-        Command::new(PODMEND)
-            .args([
-                "guard",
-                "reap",
-                "--upstream",
-                &daemon.host(),
-                "--kubeconfig",
-            ])
+        reap_command(&daemon.host())
+            .arg("--kubeconfig")
             .arg(stub.kubeconfig_path())
-            .env("NODE_NAME", "node-z")
-            .env_remove("KUBECONFIG")
-            .env_remove("DOCKER_CERT_PATH"),
+            .env("NODE_NAME", "node-z"),
         None,
         TIMEOUT,
     );
@@ -137,20 +129,12 @@ fn containers_a_sigkilled_guard_left_are_removed_by_the_reaper_once_the_api_says
     let metrics = format!("127.0.0.1:{}", free_port());
     let out_dir = tempfile::tempdir().expect("tempdir");
     let out = std::fs::File::create(out_dir.path().join("out")).expect("out");
-    let mut reaper = Command::new(PODMEND)
-        .args([
-            "guard",
-            "reap",
-            "--upstream",
-            &daemon.host(),
-            "--kubeconfig",
-        ])
+    let mut reaper = reap_command(&daemon.host())
+        .arg("--kubeconfig")
         .arg(stub.kubeconfig_path())
         .args(["--interval", "1s", "--metrics-listen", &metrics])
         .env("NODE_NAME", "node-a")
         .env("RUST_LOG", "info")
-        .env_remove("KUBECONFIG")
-        .env_remove("DOCKER_CERT_PATH")
         .stdout(out)
         .stderr(Stdio::piped())
         .spawn()
@@ -250,12 +234,9 @@ fn import_random(daemon: &Dockerd, dir: &Path, name: &str, mib: usize) {
 /// `podmend guard reap` with no cluster (no labelled containers here) and `args`.
 fn reap_images(daemon: &Dockerd, args: &[&str]) -> String {
     let out = run(
-        Command::new(PODMEND)
-            .args(["guard", "reap", "--upstream", &daemon.host()])
+        reap_command(&daemon.host())
             .args(["--older-than", "1000d", "--image-min-age", "0s"])
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .env_remove("DOCKER_CERT_PATH"),
+            .args(args),
         None,
         TIMEOUT,
     );

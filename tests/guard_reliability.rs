@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, run, text, wait_with_timeout};
-use common::guard::{Guard, OWNER, PODMEND, RUN, TIMEOUT, daemon_labelled, exists, inspect, ok};
+use common::guard::{
+    Guard, OWNER, RUN, TIMEOUT, daemon_labelled, exists, inspect, ok, reap_command,
+};
 use common::raw_http::{raw, read_one};
 use serde_json::json;
 
@@ -1020,17 +1022,9 @@ fn after_a_sigkill_guard_reap_removes_the_dead_pods_running_containers_and_nothi
     }
 
     let out = run(
-        Command::new(PODMEND)
-            .args([
-                "guard",
-                "reap",
-                "--upstream",
-                &daemon.host(),
-                "--kubeconfig",
-            ])
-            .arg(stub.kubeconfig_path())
-            .env_remove("KUBECONFIG")
-            .env_remove("DOCKER_CERT_PATH"),
+        reap_command(&daemon.host())
+            .arg("--kubeconfig")
+            .arg(stub.kubeconfig_path()),
         None,
         TIMEOUT,
     );

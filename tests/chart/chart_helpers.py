@@ -310,3 +310,24 @@ def values_of(case: str) -> dict[str, Any]:
 
 def release_of(case: str) -> tuple[str, str]:
     return RELEASES.get(case, (RELEASE, NAMESPACE))
+
+
+def rendered_case(case: str) -> tuple[str, dict[str, Any], list[dict[str, Any]], str, str]:
+    """A case of the matrix rendered as its release: (case, effective values, documents,
+    release name, namespace)."""
+    values = values_of(case)
+    name, namespace = release_of(case)
+    return case, effective(values), render(values, name, namespace), name, namespace
+
+
+def lint_problems(values: dict[str, Any] | None = None) -> list[Any]:
+    """What `helm lint --strict` reports at the minimum and a current Kubernetes: errors and
+    messages of warning severity or worse, with the version they came at (empty: clean)."""
+    found = []
+    for kube_version in ("v1.29.0", "v1.37.0"):
+        args = (values,) if values is not None else ()
+        report = helm.lint(str(CHART_DIR), *args, strict=True, namespace=NAMESPACE, kube_version=kube_version)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        if report["errors"] or problems:
+            found.append((kube_version, report))
+    return found

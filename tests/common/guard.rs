@@ -184,6 +184,17 @@ impl Drop for Guard {
     }
 }
 
+/// `podmend guard reap --upstream host`, without the caller's kubeconfig or Docker
+/// certificates: the arguments of the mode under test are the caller's to add.
+pub fn reap_command(host: &str) -> Command {
+    let mut command = Command::new(PODMEND);
+    command
+        .args(["guard", "reap", "--upstream", host])
+        .env_remove("KUBECONFIG")
+        .env_remove("DOCKER_CERT_PATH");
+    command
+}
+
 /// Debian's docker CLI 20.10 aimed at `host`, with its own config and none of the caller's
 /// Docker environment.
 pub fn debian_cli(host: &str, config_dir: &Path) -> Command {
