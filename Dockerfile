@@ -17,7 +17,7 @@ ARG TARGETARCH
 WORKDIR /src
 # A failing command anywhere in a pipeline fails the step.
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-# The Rust target, C cross compiler (ring builds C and assembly) and libc for TARGETARCH,
+# The Rust target, C cross compiler (ring and mimalloc build C) and libc for TARGETARCH,
 # written to /env for the build step. Debian's cross packages: glibc 2.36, the same as the
 # distroless cc-debian12 runtime. Debian replaces them in place with each fix, so their
 # versions are not pinned (a pinned one would vanish from the archive): the base image's

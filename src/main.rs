@@ -15,7 +15,27 @@ use podmend::guard::{self, GuardOptions};
 use podmend::telemetry::LogWriter;
 use podmend::{audit, certs, server, storms, telemetry};
 
+/// A review allocates and frees many small objects (JSON trees, typed pod specs): with glibc's
+/// allocator that was a third of a repair's CPU (BENCHMARKS.md, issue 17). Built without
+/// transparent huge pages (`no_thp`), which would round a small heap up to 2 MiB pieces.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Gives memory back to the system as soon as it is free, as glibc does. mimalloc keeps it a
+/// second by default, and for that second `serve` holds what listing 5,000 Nodes took (50
+/// MiB instead of 30) and `audit --cluster` a page's worth more (BENCHMARKS.md, issue 17);
+/// the webhook's steady state reuses its pages and does not notice.
+fn return_free_memory_at_once() {
+    // `mi_option_purge_delay` in mimalloc.h's `mi_option_e` (the same in v2 and v3), which
+    // libmimalloc-sys does not name.
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: stores an integer in mimalloc's option table, which mimalloc reads each time it
+    // considers giving pages back; no thread is running yet.
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
+}
+
 fn main() -> ExitCode {
+    return_free_memory_at_once();
     let cli = Cli::parse();
     // Only `serve` logs a line per request; the others write each line as it comes.
     let writer = match cli.command {
