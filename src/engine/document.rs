@@ -10,6 +10,8 @@
 //! The sketch's shape must cover every field scope and `may_apply` read; the engine's tests
 //! check, for every fixture and generated pod, that a sketch decides as the whole object does.
 
+use std::borrow::Cow;
+
 use serde::Deserialize as _;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
@@ -151,11 +153,11 @@ impl<'de> Visitor<'de> for Shaped {
             return ValueVisitor.visit_map(access);
         };
         let mut map = Map::new();
-        while let Some(key) = access.next_key::<String>()? {
+        while let Some(key) = access.next_key_seed(Key)? {
             match fields.iter().find(|(name, _)| *name == key) {
                 Some((_, shape)) => {
                     let value = access.next_value_seed(Shaped(shape))?;
-                    map.insert(key, value);
+                    map.insert(key.into_owned(), value);
                 }
                 None => {
                     access.next_value::<IgnoredAny>()?;
@@ -179,6 +181,34 @@ impl<'de> Visitor<'de> for Shaped {
     }
 
     scalars_as_values!();
+}
+
+/// A map key, borrowed from the body unless it has escapes: most keys a sketch meets are
+/// skipped, and a key skipped need not be copied.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string key")
+    }
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(v))
+    }
 }
 
 /// serde_json's own visitor for a whole value, reached through `Value`'s `Deserialize`.
@@ -317,6 +347,19 @@ mod tests {
         ] {
             assert_eq!(sketch(&raw(&object)).expect("sketches"), expected);
         }
+    }
+
+    #[test]
+    fn a_sketch_reads_keys_written_with_escapes_as_the_whole_object_does() {
+        let raw = RawValue::from_string(
+            r#"{"meta\u0064ata": {"n\u0061me": "p", "uid": "u"}, "sp\u0065c": {"nodeName": "n1"}}"#
+                .to_string(),
+        )
+        .expect("raw JSON");
+        assert_eq!(
+            sketch(&raw).expect("sketches"),
+            json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}})
+        );
     }
 
     #[test]
