@@ -82,37 +82,70 @@ impl Rule for AgentRequests {
             .partition(|item| item.type_ == "Container");
         // Zeroing then meeting a Pod LimitRange can land where it started: compare at the end.
         let original = spec.clone();
+        let mut resources: Vec<&str> = self.config.resources.iter().map(String::as_str).collect();
+        loop {
+            let ranges = (&container_ranges[..], &pod_ranges[..]);
+            let changed = self.repair_resources(spec, &original, &resources, ranges);
+            // A Pod LimitRange's floor the pod met and the repair cannot (the containers that
+            // ran have no room left below their limits): that resource is left as it was, or
+            // the LimitRanger would refuse the pod.
+            let unmet: Vec<&str> = resources
+                .iter()
+                .copied()
+                .filter(|name| {
+                    below_pod_floor(spec, name, &pod_ranges)
+                        && !below_pod_floor(&original, name, &pod_ranges)
+                })
+                .collect();
+            if unmet.is_empty() {
+                return if *spec == original {
+                    Vec::new()
+                } else {
+                    changed.messages()
+                };
+            }
+            spec.clone_from(&original);
+            resources.retain(|name| !unmet.contains(name));
+        }
+    }
+}
+
+impl AgentRequests {
+    /// Every step of the repair, for these resources.
+    fn repair_resources(
+        &self,
+        spec: &mut PodSpec,
+        original: &PodSpec,
+        resources: &[&str],
+        (container_ranges, pod_ranges): (&[LimitRangeItem], &[LimitRangeItem]),
+    ) -> Changes {
         let mut changed = Changes::default();
         // The Docker guard dind-rm injected keeps what podmend gave it: every build context
         // and image of the pod passes through it, and a throttled guard stalls the pipeline.
         let own = |c: &Container| c.name != GUARD_CONTAINER;
         for container in spec.containers.iter_mut().filter(|c| own(c)) {
-            self.repair_container(container, &container_ranges, &mut changed);
+            self.repair_container(container, resources, container_ranges, &mut changed);
         }
         for container in spec.init_containers.iter_mut().flatten().filter(|c| own(c)) {
-            self.repair_container(container, &container_ranges, &mut changed);
+            self.repair_container(container, resources, container_ranges, &mut changed);
         }
-        self.meet_pod_limit_ranges(spec, &pod_ranges, &mut changed);
-        self.undo_idle_limit_copies(spec, &original, &mut changed);
-        self.repair_pod_level(spec, &pod_ranges, &mut changed);
-        if *spec == original {
-            return Vec::new();
-        }
-        changed.messages()
+        self.meet_pod_limit_ranges(spec, resources, pod_ranges, &mut changed);
+        self.undo_idle_limit_copies(spec, original, resources, &mut changed);
+        self.repair_pod_level(spec, resources, pod_ranges, &mut changed);
+        changed
     }
-}
 
-impl AgentRequests {
     fn repair_container(
         &self,
         container: &mut Container,
+        resources_to_zero: &[&str],
         limit_ranges: &[LimitRangeItem],
         changed: &mut Changes,
     ) {
         let Some(resources) = container.resources.as_mut() else {
             return;
         };
-        for name in &self.config.resources {
+        for &name in resources_to_zero {
             let floor = |limit: Option<Milli>| limit_range_floor(name, limit, limit_ranges);
             if let Some(outcome) =
                 zero_request(resources, name, self.config.limit_from_request, floor)
@@ -128,6 +161,7 @@ impl AgentRequests {
     fn meet_pod_limit_ranges(
         &self,
         spec: &mut PodSpec,
+        resources: &[&str],
         pod_ranges: &[LimitRangeItem],
         changed: &mut Changes,
     ) {
@@ -138,7 +172,7 @@ impl AgentRequests {
         if spec.resources.is_some() {
             return;
         }
-        for name in &self.config.resources {
+        for &name in resources {
             let limit = aggregate(spec, name, container_limit);
             let floor = limit_range_floor(name, (limit > 0).then_some(limit), pod_ranges);
             if aggregate(spec, name, container_request) >= floor {
@@ -204,6 +238,7 @@ impl AgentRequests {
         &self,
         spec: &mut PodSpec,
         original: &PodSpec,
+        resources_zeroed: &[&str],
         changed: &mut Changes,
     ) {
         let pairs = spec.containers.iter_mut().zip(&original.containers).chain(
@@ -218,7 +253,7 @@ impl AgentRequests {
             else {
                 continue;
             };
-            for name in &self.config.resources {
+            for &name in resources_zeroed {
                 let had_limit = before.limits.as_ref().is_some_and(|l| l.contains_key(name));
                 let Some(before_request) = before.requests.as_ref().and_then(|r| r.get(name))
                 else {
@@ -254,13 +289,14 @@ impl AgentRequests {
     fn repair_pod_level(
         &self,
         spec: &mut PodSpec,
+        resources_to_zero: &[&str],
         pod_ranges: &[LimitRangeItem],
         changed: &mut Changes,
     ) {
         let Some(mut resources) = spec.resources.take() else {
             return;
         };
-        for name in &self.config.resources {
+        for &name in resources_to_zero {
             let aggregate = aggregate_container_requests(spec, name);
             // Without any pod-level limit, defaulting gives the pod the containers' aggregate
             // limit of each resource they all limit (`defaultPodLimits`): stay within it.
@@ -481,6 +517,18 @@ fn container_limit(container: &Container, name: &str) -> Milli {
         .and_then(|r| r.limits.as_ref()?.get(name))
         .and_then(|q| quantity::parse_milli(&q.0))
         .unwrap_or(0)
+}
+
+/// Whether the containers' aggregate request of `name` is below a `type: Pod` LimitRange's
+/// floor, as the LimitRanger checks a pod without pod-level resources (`repair_pod_level`
+/// meets the floor of one with them).
+fn below_pod_floor(spec: &PodSpec, name: &str, pod_ranges: &[LimitRangeItem]) -> bool {
+    if pod_ranges.is_empty() || spec.resources.is_some() {
+        return false;
+    }
+    let limit = aggregate(spec, name, container_limit);
+    let floor = limit_range_floor(name, (limit > 0).then_some(limit), pod_ranges);
+    aggregate(spec, name, container_request) < floor
 }
 
 fn aggregate_container_requests(spec: &PodSpec, name: &str) -> Milli {
@@ -935,6 +983,35 @@ mod tests {
         );
         assert!(messages.is_empty(), "{messages:?}");
         assert_eq!(again, after);
+    }
+
+    #[test]
+    fn a_pod_floor_only_an_init_container_met_leaves_that_resource_as_it_was() {
+        // The pod met the floor with its init container's request; the container that runs
+        // has no room below its limit of 0 to take it up (found by tests/properties.rs).
+        let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
+        let spec = json!({
+            "initContainers": [{"name": "init", "resources": {
+                "requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1500m"}}}],
+            "containers": [{"name": "app", "resources": {
+                "requests": {"cpu": "0"}, "limits": {"cpu": "0"}}}]
+        });
+        let (after, messages) = run(
+            AgentRequestsConfig::default(),
+            spec.clone(),
+            &agent_meta(),
+            &cluster,
+        );
+        let init = &after["initContainers"][0]["resources"];
+        assert_eq!(init["requests"]["cpu"], "500m", "{after:#}");
+        // Memory, which no floor holds up, is still repaired, and only memory is reported.
+        assert_eq!(init["requests"]["memory"], "0", "{after:#}");
+        assert_eq!(init["limits"]["memory"], "1Gi", "{after:#}");
+        assert_eq!(after["containers"], spec["containers"]);
+        assert!(
+            messages.iter().all(|m| !m.contains("cpu")) && !messages.is_empty(),
+            "{messages:?}"
+        );
     }
 
     #[test]
