@@ -114,10 +114,15 @@ impl<'a> Request<'a> {
         }
     }
 
-    /// `metadata.name`, or `generateName` for objects the API server has not named yet.
-    pub fn object_name(&self) -> String {
+    /// `metadata.name`, or `generateName` for objects the API server has not named yet (the
+    /// request's `name` is empty for those). `read` is that name as the review read it
+    /// ([`Outcome::name`]), so the object is not parsed once more for it.
+    pub fn object_name(&self, read: Option<&str>) -> String {
         if let Some(name) = self.inner.name.as_deref().filter(|n| !n.is_empty()) {
             return name.to_string();
+        }
+        if let Some(read) = read {
+            return read.to_string();
         }
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
@@ -377,7 +382,8 @@ mod tests {
         let request = decode(&body).expect("decodes");
         assert_eq!(request.operation, Operation::Create);
         assert_eq!(request.subject().kind, "Pod");
-        assert_eq!(request.object_name(), "web-");
+        assert_eq!(request.object_name(None), "web-");
+        assert_eq!(request.object_name(Some("as-read")), "as-read");
     }
 
     #[test]

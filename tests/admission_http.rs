@@ -432,6 +432,37 @@ async fn metrics_count_requests_rule_actions_and_certificate_expiry() {
 }
 
 #[tokio::test]
+async fn a_pod_its_controller_creates_is_logged_by_its_generate_name() {
+    let server = Server::start(Options::default());
+    // As a ReplicaSet's pod reaches admission: no name yet, in the request or the object.
+    let unnamed = |generate_name: &str, node_name: Option<&str>| {
+        let mut review = gke_pod();
+        let request = &mut review["request"];
+        request["name"] = json!("");
+        let metadata = request["object"]["metadata"]
+            .as_object_mut()
+            .expect("metadata");
+        metadata.remove("name");
+        metadata.insert("generateName".into(), json!(generate_name));
+        if let Some(node) = node_name {
+            request["object"]["spec"]["nodeName"] = json!(node);
+        }
+        review
+    };
+    // Decided on the object's sketch, and repaired from the whole object.
+    assert!(!mutate(&server, &unnamed("web-7d9f8-", None)).await.patched);
+    assert!(
+        mutate(&server, &unnamed("agent-5c4b-", Some("gke-node-1")))
+            .await
+            .patched
+    );
+    let log = server.log_once(|log| log.contains("name=agent-5c4b-"));
+    for name in ["web-7d9f8-", "agent-5c4b-"] {
+        assert!(log.contains(&format!("name={name} ")), "{name}: {log}");
+    }
+}
+
+#[tokio::test]
 async fn a_changed_config_is_reloaded_and_an_invalid_one_keeps_the_old() {
     let server = Server::start(Options {
         config: Some("rules:\n  node-affinity: {templates: warn}\n".to_string()),

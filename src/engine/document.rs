@@ -33,6 +33,23 @@ pub fn sketch(raw: &RawValue) -> Result<Value, serde_json::Error> {
     Ok(value)
 }
 
+/// `metadata.name`, or `generateName` while the object has no name (a pod its controller
+/// creates is named by the API server after admission); empty when it has neither. A sketch
+/// keeps both.
+pub fn name(object: &Value) -> String {
+    let metadata = object.get("metadata");
+    let field = |key| {
+        metadata
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+    };
+    field("name")
+        .or_else(|| field("generateName"))
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Which fields of a JSON value a sketch keeps.
 pub enum Shape {
     /// The whole value.

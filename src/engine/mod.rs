@@ -195,6 +195,9 @@ pub struct Outcome {
     /// Every finding's repair plus the annotation, whatever the modes: the patch the webhook
     /// sends for this object when every rule enforces. `audit` shows and applies it.
     pub repair: Vec<PatchOperation>,
+    /// The object's `metadata.name`, or its `generateName` while it has none, when the review
+    /// read the object (`None` for a request routed away before): the webhook's log line.
+    pub name: Option<String>,
 }
 
 impl Outcome {
@@ -212,6 +215,12 @@ impl Outcome {
             target: Some(target),
             ..Self::default()
         }
+    }
+
+    /// This outcome, with the name of the object it read.
+    fn named(mut self, object: Option<&Value>) -> Self {
+        self.name = Some(object.map(document::name).unwrap_or_default());
+        self
     }
 
     /// The findings acted on in `mode`.
@@ -269,11 +278,12 @@ impl Engine {
             subject.kind,
             subject.sub_resource,
         );
-        match route {
-            Err(outcome) => outcome,
+        let outcome = match route {
+            Err(outcome) => return outcome,
             Ok(Route::Status(target)) => status::review(self, target, subject, cluster),
             Ok(Route::Spec(target)) => self.review_spec(target, subject, cluster),
-        }
+        };
+        outcome.named(subject.object)
     }
 
     /// Reviews a request whose objects are raw JSON, as [`review`](Self::review) would once
@@ -300,7 +310,7 @@ impl Engine {
             && let Some(outcome) =
                 self.decided_by_sketch(target, &subject.with(Some(&sketch), None))
         {
-            return outcome;
+            return outcome.named(Some(&sketch));
         }
         let parse = |raw: Option<&RawValue>| raw.map(document::parse).transpose();
         let (object, old) = match (parse(subject.object), parse(subject.old_object)) {
@@ -314,14 +324,19 @@ impl Engine {
         };
         let parsed = subject.with(object.as_ref(), old.as_ref());
         if !spec {
-            return status::review(self, target, &parsed, cluster);
+            return status::review(self, target, &parsed, cluster).named(object.as_ref());
         }
-        match self.repair_spec(target, &parsed, cluster) {
+        let name = object.as_ref().map(document::name).unwrap_or_default();
+        let outcome = match self.repair_spec(target, &parsed, cluster) {
             Repaired::Done(outcome) => outcome,
             // The object was parsed for this review: it is patched in place to check.
             Repaired::Patches(patches) => {
                 patches.finish(target, Cow::Owned(object.unwrap_or(Value::Null)))
             }
+        };
+        Outcome {
+            name: Some(name),
+            ..outcome
         }
     }
 
@@ -421,6 +436,22 @@ mod tests {
             object: Some(object),
             old_object: None,
         }
+    }
+
+    #[test]
+    fn an_outcome_names_the_object_it_read_by_its_generate_name_until_it_has_a_name() {
+        let (e, c) = (engine(), StaticCluster::offline());
+        let spec = json!({"containers": [{"name": "c", "image": "nginx"}]});
+        let unnamed = json!({"metadata": {"generateName": "web-", "name": ""}, "spec": spec});
+        let review = |object: &Value| e.review(&create("", "Pod", object), &c).name;
+        assert_eq!(review(&unnamed).as_deref(), Some("web-"));
+        assert_eq!(review(&pod(spec)).as_deref(), Some("p"));
+        // Routed away before the object is read: the request names it.
+        let delete = Subject {
+            operation: Operation::Delete,
+            ..create("", "Pod", &unnamed)
+        };
+        assert_eq!(e.review(&delete, &c).name, None);
     }
 
     fn apply(object: &Value, patch: &[PatchOperation]) -> Value {

@@ -82,6 +82,7 @@ pub(super) fn finish(
         findings,
         patch,
         repair,
+        name: None,
     }
 }
 

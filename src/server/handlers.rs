@@ -277,7 +277,7 @@ fn review(
         uid = %request.inner.uid,
         kind = %kind,
         namespace = request.inner.namespace.as_deref().unwrap_or(""),
-        name = %request.object_name(),
+        name = %request.object_name(outcome.name.as_deref()),
         operation,
         result,
         rules = %rules.join(","),
