@@ -36,7 +36,7 @@ pub fn sketch(raw: &RawValue) -> Result<Value, serde_json::Error> {
 /// `metadata.name`, or `generateName` while the object has no name (a pod its controller
 /// creates is named by the API server after admission); empty when it has neither. A sketch
 /// keeps both.
-pub fn name(object: &Value) -> String {
+pub fn name(object: &Value) -> &str {
     let metadata = object.get("metadata");
     let field = |key| {
         metadata
@@ -47,7 +47,6 @@ pub fn name(object: &Value) -> String {
     field("name")
         .or_else(|| field("generateName"))
         .unwrap_or_default()
-        .to_string()
 }
 
 /// Which fields of a JSON value a sketch keeps.

@@ -136,9 +136,9 @@ pub enum Skip {
     TemplateUnchanged,
     NoPodSpec,
     /// The pod spec does not decode (the API server will reject it anyway).
-    UndecodablePodSpec(String),
+    UndecodablePodSpec(Box<str>),
     /// The object is not JSON podmend can read (nested too deep).
-    UnreadableObject(String),
+    UnreadableObject(Box<str>),
 }
 
 impl Skip {
@@ -197,7 +197,7 @@ pub struct Outcome {
     pub repair: Vec<PatchOperation>,
     /// The object's `metadata.name`, or its `generateName` while it has none, when the review
     /// read the object (`None` for a request routed away before): the webhook's log line.
-    pub name: Option<String>,
+    pub name: Option<Box<str>>,
 }
 
 impl Outcome {
@@ -219,7 +219,7 @@ impl Outcome {
 
     /// This outcome, with the name of the object it read.
     fn named(mut self, object: Option<&Value>) -> Self {
-        self.name = Some(object.map(document::name).unwrap_or_default());
+        self.name = Some(object.map_or("", document::name).into());
         self
     }
 
@@ -319,14 +319,17 @@ impl Engine {
                 old.filter(|o| !o.is_null()),
             ),
             (Err(error), _) | (_, Err(error)) => {
-                return Outcome::skipped(Some(target), Skip::UnreadableObject(error.to_string()));
+                return Outcome::skipped(
+                    Some(target),
+                    Skip::UnreadableObject(error.to_string().into()),
+                );
             }
         };
         let parsed = subject.with(object.as_ref(), old.as_ref());
         if !spec {
             return status::review(self, target, &parsed, cluster).named(object.as_ref());
         }
-        let name = object.as_ref().map(document::name).unwrap_or_default();
+        let name = object.as_ref().map_or("", document::name).into();
         let outcome = match self.repair_spec(target, &parsed, cluster) {
             Repaired::Done(outcome) => outcome,
             // The object was parsed for this review: it is patched in place to check.

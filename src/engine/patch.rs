@@ -97,9 +97,9 @@ fn applies(
 ) -> Result<(), Skip> {
     let check = |mut object: Value, candidate: &[PatchOperation]| {
         json_patch::patch(&mut object, candidate).map_err(|error| {
-            Skip::UndecodablePodSpec(format!(
-                "the repair does not apply to the object as sent: {error}"
-            ))
+            Skip::UndecodablePodSpec(
+                format!("the repair does not apply to the object as sent: {error}").into(),
+            )
         })
     };
     if patch == repair {

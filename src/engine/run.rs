@@ -61,7 +61,7 @@ pub(super) fn run(
     cluster: &dyn ClusterView,
 ) -> Result<Ran, Skip> {
     let original = PodSpec::deserialize(scope.raw_spec)
-        .map_err(|error| Skip::UndecodablePodSpec(error.to_string()))?;
+        .map_err(|error| Skip::UndecodablePodSpec(error.to_string().into()))?;
     let spec_pointer = parse_pointer(scope.target.spec);
     let cx = RuleContext {
         namespace: scope.namespace,

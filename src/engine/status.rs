@@ -84,14 +84,14 @@ pub(super) fn review(
 /// The Pod as sent and as stored. The stored one tells whether it is being deleted or
 /// already terminal: without it neither can be ruled out, so nothing is changed.
 fn pods(object: &Value, old_object: Option<&Value>) -> Result<(Pod, Pod), Skip> {
-    let pod =
-        Pod::deserialize(object).map_err(|error| Skip::UndecodablePodSpec(error.to_string()))?;
+    let pod = Pod::deserialize(object)
+        .map_err(|error| Skip::UndecodablePodSpec(error.to_string().into()))?;
     let old = match old_object.map(Pod::deserialize) {
         Some(Ok(old)) => old,
         Some(Err(error)) => {
-            return Err(Skip::UndecodablePodSpec(format!(
-                "the stored Pod (oldObject) does not decode: {error}"
-            )));
+            return Err(Skip::UndecodablePodSpec(
+                format!("the stored Pod (oldObject) does not decode: {error}").into(),
+            ));
         }
         None => return Err(Skip::NoObject),
     };
