@@ -26,13 +26,14 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// MiB instead of 30) and `audit --cluster` a page's worth more (BENCHMARKS.md, issue 17);
 /// the webhook's steady state reuses its pages and does not notice.
 fn return_free_memory_at_once() {
-    // `mi_option_purge_delay` in mimalloc.h's `mi_option_e` (the same in v2 and v3), which
-    // libmimalloc-sys does not name.
-    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
     // SAFETY: stores an integer in mimalloc's option table, which mimalloc reads each time it
     // considers giving pages back; no thread is running yet.
     unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
 }
+
+/// `mi_option_purge_delay` in mimalloc.h's `mi_option_e` (the same in v2 and v3), which
+/// libmimalloc-sys does not name; the test below pins it by its default.
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 fn main() -> ExitCode {
     return_free_memory_at_once();
@@ -181,5 +182,28 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_purge_delay_option_is_the_one_set_to_give_memory_back_at_once() {
+        // SAFETY: reads and sets integers in mimalloc's option table.
+        let (default, set) = unsafe {
+            let default = libmimalloc_sys::mi_option_get(PURGE_DELAY);
+            return_free_memory_at_once();
+            (default, libmimalloc_sys::mi_option_get(PURGE_DELAY))
+        };
+        // 1,000 ms is mimalloc 3's default purge delay, and no other option's default.
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            assert_eq!(
+                default, 1000,
+                "option {PURGE_DELAY} is not mimalloc's purge delay"
+            );
+        }
+        assert_eq!(set, 0);
     }
 }
