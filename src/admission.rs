@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::config::Mode;
-use crate::engine::{Operation, Outcome, RawSubject};
+use crate::engine::{Operation, Outcome, RawSubject, document};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -124,26 +124,12 @@ impl<'a> Request<'a> {
         if let Some(read) = read {
             return read.to_string();
         }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Names {
-            #[serde(default)]
-            name: Option<String>,
-            #[serde(default)]
-            generate_name: Option<String>,
-        }
-        #[derive(Deserialize)]
-        struct Object {
-            #[serde(default)]
-            metadata: Option<Names>,
-        }
-        let names = self
-            .inner
+        // A request routed away before the review read its object (a DELETE, a subresource).
+        self.inner
             .object
             .or(self.inner.old_object)
-            .and_then(|raw| serde_json::from_str::<Object>(raw.get()).ok()?.metadata);
-        names
-            .and_then(|n| n.name.filter(|n| !n.is_empty()).or(n.generate_name))
+            .and_then(|raw| document::sketch(raw).ok())
+            .map(|object| document::name(&object).to_string())
             .unwrap_or_default()
     }
 }
@@ -384,6 +370,9 @@ mod tests {
         assert_eq!(request.subject().kind, "Pod");
         assert_eq!(request.object_name(None), "web-");
         assert_eq!(request.object_name(Some("as-read")), "as-read");
+        let body = review(json!({"uid": "u2", "operation": "DELETE",
+            "oldObject": {"metadata": {"name": "", "generateName": "old-", "uid": "x"}}}));
+        assert_eq!(decode(&body).expect("decodes").object_name(None), "old-");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Logging: one `tracing` subscriber for the whole process, text or JSON lines. Under
-//! `serve` ([`LogWriter::Batched`]) a request never writes to stderr itself: it appends its line to a shared buffer, and a thread of
-//! its own writes the buffer out every [`FLUSH_INTERVAL`] or as soon as it grows past
-//! [`WAKE_AT`]. One line per admission decision at tens of thousands of reviews a second
+//! `serve` ([`LogWriter::Batched`]) a request never writes to stderr itself: it appends its
+//! line to a shared buffer, and a thread of its own writes the buffer out every
+//! [`FLUSH_INTERVAL`] or as soon as it grows past [`WAKE_AT`]. One line per admission decision at tens of thousands of reviews a second
 //! made the direct write a fifth of the cost, and a queue that woke a writer thread per
 //! line still a tenth; appending costs a lock nobody else holds and a copy.
 
