@@ -22,7 +22,6 @@ pub(super) fn spec_patches(
     scope: &InScope<'_>,
     ran: &Ran,
 ) -> (Vec<PatchOperation>, Vec<PatchOperation>) {
-    let spec_pointer = parse_pointer(scope.target.spec);
     let mut changing = ran.findings.iter().filter(|f| !f.patch.is_empty());
     let only_change = match (changing.next(), changing.next()) {
         (Some(finding), None) => Some(&finding.patch),
@@ -34,7 +33,7 @@ pub(super) fn spec_patches(
         };
         let mut patch = match only_change {
             Some(patch) => patch.clone(),
-            None => prefixed(&spec_pointer, diff::diff(&ran.original_value, value)),
+            None => prefixed(&ran.spec_pointer, diff::diff(&ran.original_value, value)),
         };
         if !patch.is_empty() {
             patch.push(mutated_annotation_op(

@@ -5,6 +5,7 @@
 //! shows) and what enforce-mode rules apply (the webhook's patch). They are one and the same
 //! until a rule that only warns changes something, so nothing is cloned in the common case.
 
+use json_patch::jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 use serde_json::Value;
@@ -46,6 +47,8 @@ pub(super) struct Ran {
     pub findings: Vec<Finding>,
     /// The spec as decoded, serialized: what the states are diffed against.
     pub original_value: Value,
+    /// Where the spec is in the object: what every patch path starts with.
+    pub spec_pointer: PointerBuf,
     /// Every rule's repair applied.
     pub repaired: State,
     /// Enforce-mode repairs only, once a warn-mode rule changed something; `None` while
@@ -62,13 +65,13 @@ pub(super) fn run(
 ) -> Result<Ran, Skip> {
     let original = PodSpec::deserialize(scope.raw_spec)
         .map_err(|error| Skip::UndecodablePodSpec(error.to_string().into()))?;
-    let spec_pointer = parse_pointer(scope.target.spec);
     let cx = RuleContext {
         namespace: scope.namespace,
         cluster,
     };
     let mut ran = Ran {
         original_value: to_json(&original),
+        spec_pointer: parse_pointer(scope.target.spec),
         repaired: State {
             spec: original,
             value: None,
@@ -84,7 +87,7 @@ pub(super) fn run(
         let messages = rule.repair(&mut ran.repaired.spec, &scope.meta, &cx);
         let value = to_json(&ran.repaired.spec);
         let before = ran.repaired.value.as_ref().unwrap_or(&ran.original_value);
-        let patch = prefixed(&spec_pointer, diff::diff(before, &value));
+        let patch = prefixed(&ran.spec_pointer, diff::diff(before, &value));
         if messages.is_empty() && patch.is_empty() {
             continue;
         }
