@@ -104,10 +104,7 @@ fn every_listen_address_serves_and_tcp_ones_speak_mutual_tls_with_a_docker_dind_
     guard.socket = sockets.path().join("guard.sock");
     guard.wait_for_socket();
     guard.wait_until_listening(|| TcpStream::connect(address(tls_port)).is_ok());
-    assert_eq!(
-        http_get(address(metrics_port), "/healthz").map(|r| r.0),
-        Some(200)
-    );
+    guard.wait_until_started(address(metrics_port));
     assert_eq!(
         http_get(address(metrics_port), "/readyz").map(|r| r.0),
         Some(200)
@@ -263,7 +260,7 @@ fn a_guard_started_before_the_upstream_certificates_exist_waits_for_them_and_doc
         ],
     );
     // Started and serving, but not ready: the daemon cannot be spoken to yet.
-    assert_eq!(http_get(metrics, "/healthz").map(|r| r.0), Some(200));
+    guard.wait_until_started(metrics);
     let (status, body) = http_get(metrics, "/readyz").expect("readyz");
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("ca.pem"), "{body}");
@@ -316,7 +313,7 @@ fn a_client_call_made_before_the_daemon_starts_succeeds_once_it_does() {
         &uid,
         &["--metrics-listen", &metrics.to_string()],
     );
-    assert_eq!(http_get(metrics, "/healthz").map(|r| r.0), Some(200));
+    guard.wait_until_started(metrics);
     assert_eq!(http_get(metrics, "/readyz").map(|r| r.0), Some(503));
 
     // A raw request, the docker CLI 28.x and Debian's 20.10, all before the daemon exists.

@@ -109,15 +109,17 @@ pub async fn run(
         command.upstream.clone(),
         command.upstream_cert_path.as_deref(),
     )?;
-    let listeners = bind_listeners(command).await?;
     let guard_metrics = Arc::new(GuardMetrics::new());
     let started = Arc::new(AtomicBool::new(false));
     let probes = Probes {
         started: Arc::clone(&started),
         upstream: upstream.clone(),
     };
+    // The probes' port first: once a client can reach the guard's sockets, a probe can reach
+    // the port (it says "starting" until the sockets are served).
     let metrics_server =
         MetricsServer::start(command.health_listen, Arc::clone(&guard_metrics), probes).await?;
+    let listeners = bind_listeners(command).await?;
     let shared = Arc::new(Shared::new(
         upstream.clone(),
         command.policy,

@@ -89,6 +89,12 @@ impl Guard {
         self.wait_until_listening(|| UnixStream::connect(&self.socket).is_ok());
     }
 
+    /// Waits until the metrics port at `metrics` answers `/healthz` with 200. The guard binds
+    /// its sockets before its metrics port, so a socket that accepts says nothing of the port.
+    pub fn wait_until_started(&self, metrics: SocketAddr) {
+        self.wait_until_listening(|| http_get(metrics, "/healthz").map(|r| r.0) == Some(200));
+    }
+
     /// Waits until `listening` says so, failing if the guard exits first.
     pub fn wait_until_listening(&self, mut listening: impl FnMut() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(20);
