@@ -13,6 +13,10 @@ use std::time::Duration;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
 
+mod text;
+
+pub use text::{TextFields, TextLine, Timestamp};
+
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -66,10 +70,14 @@ where
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
+        .with_timer(Timestamp)
         .with_writer(writer);
     // A second init (tests) keeps the first subscriber: ignore the error.
     let _ = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder
+            .event_format(TextLine::default())
+            .fmt_fields(TextFields)
+            .try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
 }
@@ -224,7 +232,7 @@ mod tests {
 
     /// A destination the test can read back.
     #[derive(Clone, Default)]
-    struct Sink(Arc<Mutex<Vec<u8>>>);
+    pub(super) struct Sink(Arc<Mutex<Vec<u8>>>);
 
     impl Write for Sink {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -237,7 +245,7 @@ mod tests {
     }
 
     impl Sink {
-        fn text(&self) -> String {
+        pub(super) fn text(&self) -> String {
             String::from_utf8(self.0.lock().expect("sink").clone()).expect("utf-8")
         }
     }

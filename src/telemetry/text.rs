@@ -1,0 +1,511 @@
+//! The text log line as tracing-subscriber's default format writes it, byte for byte, for less:
+//! at one line per admission review, its timestamp, level, target and field formatting were
+//! most of the line's cost. [`TextLine`] writes the line of an event outside any span, in no
+//! colour, itself; [`Timestamp`] formats the date and time up to the second once a second per
+//! thread; [`TextFields`] writes a plain field's `name=value` directly. Everything else (spans,
+//! colours, events from the `log` crate, error sources, a message that needs escaping) is
+//! handed to tracing-subscriber's own formatter. The tests compare the lines with its output.
+
+use std::cell::{Cell, RefCell};
+use std::fmt::{self, Write as _};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::field::{MakeVisitor, VisitFmt, VisitOutput};
+use tracing_subscriber::fmt::format::{DefaultVisitor, Format, Full, Writer};
+use tracing_subscriber::fmt::time::FormatTime;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+/// tracing-subscriber's default event format (`Full`), with [`Timestamp`] unless a test
+/// gives another timer; see the module's doc.
+#[derive(Debug, Clone)]
+pub struct TextLine<T = Timestamp> {
+    full: Format<Full, T>,
+    timer: T,
+}
+
+impl Default for TextLine {
+    fn default() -> Self {
+        Self::with_timer(Timestamp)
+    }
+}
+
+impl<T: FormatTime + Clone> TextLine<T> {
+    pub fn with_timer(timer: T) -> Self {
+        Self {
+            full: Format::default().with_timer(timer.clone()),
+            timer,
+        }
+    }
+}
+
+impl<S, N, T> FormatEvent<S, N> for TextLine<T>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    T: FormatTime,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let metadata = event.metadata();
+        // A `log` record carries its real target and level in `log.` fields, which
+        // tracing-subscriber reads back.
+        let plain = !writer.has_ansi_escapes()
+            && metadata.fields().field("log.target").is_none()
+            && ctx.event_scope().is_none();
+        if !plain {
+            return self.full.format_event(ctx, writer, event);
+        }
+        if self.timer.format_time(&mut writer).is_err() {
+            writer.write_str("<unknown time>")?;
+        }
+        writer.write_str(level_and_space(metadata.level()))?;
+        writer.write_str(metadata.target())?;
+        writer.write_str(": ")?;
+        ctx.format_fields(writer.by_ref(), event)?;
+        writer.write_char('\n')
+    }
+}
+
+/// The space after the timestamp, the level padded to five characters, and a space.
+fn level_and_space(level: &Level) -> &'static str {
+    match *level {
+        Level::TRACE => " TRACE ",
+        Level::DEBUG => " DEBUG ",
+        Level::INFO => "  INFO ",
+        Level::WARN => "  WARN ",
+        Level::ERROR => " ERROR ",
+    }
+}
+
+/// tracing-subscriber's `SystemTime` timer, `2026-11-24T06:58:16.306482Z` (UTC).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Timestamp;
+
+/// `YYYY-MM-DDTHH:MM:SS.`: what every timestamp within one second starts with.
+type SecondPrefix = [u8; 20];
+
+thread_local! {
+    /// The last second this thread formatted, and its prefix.
+    static LAST_SECOND: Cell<(u64, SecondPrefix)> = const { Cell::new((u64::MAX, [0; 20])) };
+}
+
+/// The first second of the year 10000, from which tracing-subscriber writes the year with a
+/// sign: those times (and times before 1970) are left to it.
+const YEAR_10000: u64 = 253_402_300_800;
+
+impl FormatTime for Timestamp {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        let since_epoch = match SystemTime::now().duration_since(UNIX_EPOCH) {
+            Ok(since) if since.as_secs() < YEAR_10000 => since,
+            _ => return tracing_subscriber::fmt::time::SystemTime.format_time(w),
+        };
+        let second = since_epoch.as_secs();
+        let prefix = LAST_SECOND.with(|last| {
+            let (cached, prefix) = last.get();
+            if cached == second {
+                return prefix;
+            }
+            let prefix = second_prefix(second);
+            last.set((second, prefix));
+            prefix
+        });
+        let mut line = [0u8; 27];
+        line[..20].copy_from_slice(&prefix);
+        put_digits(&mut line[20..26], u64::from(since_epoch.subsec_micros()));
+        line[26] = b'Z';
+        // Digits and ASCII punctuation only.
+        w.write_str(std::str::from_utf8(&line).map_err(|_| fmt::Error)?)
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.` for a second since 1970 before the year 10000.
+fn second_prefix(second: u64) -> SecondPrefix {
+    let (year, month, day) = civil_date(second / 86_400);
+    let time = second % 86_400;
+    let mut prefix = *b"0000-00-00T00:00:00.";
+    put_digits(&mut prefix[0..4], year);
+    put_digits(&mut prefix[5..7], month);
+    put_digits(&mut prefix[8..10], day);
+    put_digits(&mut prefix[11..13], time / 3600);
+    put_digits(&mut prefix[14..16], time / 60 % 60);
+    put_digits(&mut prefix[17..19], time % 60);
+    prefix
+}
+
+/// The proleptic Gregorian (year, month, day) of a day counted from 1970-01-01: the
+/// days-from-civil inverse in Howard Hinnant's "chrono-compatible low-level date algorithms",
+/// with eras of 400 years starting on a March 1st.
+fn civil_date(days_since_epoch: u64) -> (u64, u64, u64) {
+    let days = days_since_epoch + 719_468; // from 0000-03-01
+    let era = days / 146_097;
+    let day_of_era = days % 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * month_from_march + 2) / 5 + 1;
+    let month = if month_from_march < 10 {
+        month_from_march + 3
+    } else {
+        month_from_march - 9
+    };
+    let year = year_of_era + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Writes `value`'s last `digits.len()` decimal digits into `digits`, zero-padded.
+fn put_digits(digits: &mut [u8], mut value: u64) {
+    for digit in digits.iter_mut().rev() {
+        *digit = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
+}
+
+/// tracing-subscriber's `DefaultFields`, writing plain fields itself (see the module's doc).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TextFields;
+
+impl<'a> MakeVisitor<Writer<'a>> for TextFields {
+    type Visitor = TextVisitor<'a>;
+
+    fn make_visitor(&self, writer: Writer<'a>) -> TextVisitor<'a> {
+        TextVisitor {
+            writer,
+            is_empty: true,
+            result: Ok(()),
+        }
+    }
+}
+
+/// Writes fields as `DefaultVisitor` does: separated by a space, `name=value` with the value
+/// in its `Debug` form, a `r#` prefix dropped, `log.` fields (already in the line's
+/// metadata) skipped.
+pub struct TextVisitor<'a> {
+    writer: Writer<'a>,
+    /// Whether nothing has been written yet (no space before the first field).
+    is_empty: bool,
+    result: fmt::Result,
+}
+
+impl TextVisitor<'_> {
+    /// The field's name, when this visitor writes it itself: not the message (which
+    /// tracing-subscriber writes with ANSI escapes sanitized) and not in colour.
+    fn plain_name<'f>(&self, field: &'f Field) -> Option<&'f str> {
+        let name = field.name();
+        if name == "message" || self.writer.has_ansi_escapes() {
+            return None;
+        }
+        Some(name.strip_prefix("r#").unwrap_or(name))
+    }
+
+    /// Whether to go on with `field`: not after an error, and not for a `log.` field.
+    fn wanted(&self, field: &Field) -> bool {
+        self.result.is_ok() && !field.name().starts_with("log.")
+    }
+
+    /// Writes the space before a field and `name=`.
+    fn begin(&mut self, name: &str) -> fmt::Result {
+        if !std::mem::replace(&mut self.is_empty, false) {
+            self.writer.write_char(' ')?;
+        }
+        self.writer.write_str(name)?;
+        self.writer.write_char('=')
+    }
+
+    /// Lets tracing-subscriber's own visitor write the field.
+    fn hand_over(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
+        let mut visitor = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
+        record(&mut visitor);
+        self.result = visitor.finish();
+        self.is_empty = false;
+    }
+}
+
+impl Visit for TextVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if !self.wanted(field) {
+            return;
+        }
+        match self.plain_name(field) {
+            Some(name) => {
+                self.result = self
+                    .begin(name)
+                    .and_then(|()| write_debug_str(&mut self.writer, value));
+            }
+            None => self.hand_over(|visitor| visitor.record_str(field, value)),
+        }
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        if self.wanted(field) {
+            self.hand_over(|visitor| visitor.record_error(field, value));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if !self.wanted(field) {
+            return;
+        }
+        match self.plain_name(field) {
+            Some(name) => {
+                self.result = self
+                    .begin(name)
+                    .and_then(|()| write!(self.writer, "{value:?}"));
+            }
+            None if field.name() == "message" && self.wrote_message(value) => {}
+            None => self.hand_over(|visitor| visitor.record_debug(field, value)),
+        }
+    }
+}
+
+thread_local! {
+    /// Where a message is formatted before it is known to need no escaping.
+    static MESSAGE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+impl TextVisitor<'_> {
+    /// Writes the message as it is, when it has nothing tracing-subscriber would escape
+    /// (terminal control characters); `false`, having written nothing, when it has.
+    fn wrote_message(&mut self, value: &dyn fmt::Debug) -> bool {
+        MESSAGE.with(|scratch| {
+            let Ok(mut message) = scratch.try_borrow_mut() else {
+                return false;
+            };
+            message.clear();
+            if write!(message, "{value:?}").is_err()
+                || (self.writer.sanitizes_ansi_escapes() && has_control_characters(&message))
+            {
+                return false;
+            }
+            if !std::mem::replace(&mut self.is_empty, false) {
+                self.result = self.writer.write_char(' ');
+            }
+            self.result = self.result.and_then(|()| self.writer.write_str(&message));
+            true
+        })
+    }
+}
+
+/// Whether `text` has a character tracing-subscriber escapes in a message: ESC, BEL, BS, FF,
+/// DEL, or a C1 control (U+0080 to U+009F, `C2 80` to `C2 9F` in UTF-8).
+fn has_control_characters(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().enumerate().any(|(at, &byte)| match byte {
+        0x1b | 0x07 | 0x08 | 0x0c | 0x7f => true,
+        0xc2 => bytes
+            .get(at + 1)
+            .is_some_and(|next| (0x80..=0x9f).contains(next)),
+        _ => false,
+    })
+}
+
+/// A string in its `Debug` form: quoted, as it is when it is printable ASCII without quotes
+/// or backslashes, and through `Debug` (which escapes) otherwise.
+fn write_debug_str(writer: &mut Writer<'_>, value: &str) -> fmt::Result {
+    let plain = value
+        .bytes()
+        .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\');
+    if plain {
+        writer.write_char('"')?;
+        writer.write_str(value)?;
+        writer.write_char('"')
+    } else {
+        write!(writer, "{value:?}")
+    }
+}
+
+impl VisitOutput<fmt::Result> for TextVisitor<'_> {
+    fn finish(self) -> fmt::Result {
+        self.result
+    }
+}
+
+impl VisitFmt for TextVisitor<'_> {
+    fn writer(&mut self) -> &mut dyn fmt::Write {
+        &mut self.writer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::telemetry::tests::Sink;
+
+    #[test]
+    fn second_prefixes_follow_the_calendar_across_leap_days_and_centuries() {
+        let cases = [
+            (0, "1970-01-01T00:00:00."),
+            (94_694_399, "1972-12-31T23:59:59."),
+            (951_825_599, "2000-02-29T11:59:59."),
+            (1_795_503_496, "2026-11-24T06:58:16."),
+            (4_107_542_400, "2100-03-01T00:00:00."),
+            (YEAR_10000 - 1, "9999-12-31T23:59:59."),
+        ];
+        for (second, expected) in cases {
+            assert_eq!(
+                std::str::from_utf8(&second_prefix(second)),
+                Ok(expected),
+                "{second}"
+            );
+        }
+    }
+
+    fn formatted(timer: &impl FormatTime) -> String {
+        let mut text = String::new();
+        timer
+            .format_time(&mut Writer::new(&mut text))
+            .expect("format");
+        text
+    }
+
+    #[test]
+    fn the_timestamp_reads_as_tracing_subscribers_own() {
+        // Taken twice in a row, the two agree to the second unless a second began between
+        // them: then the next try agrees.
+        let agreed = (0..5).any(|_| {
+            let ours = formatted(&Timestamp);
+            let theirs = formatted(&tracing_subscriber::fmt::time::SystemTime);
+            assert_eq!(ours.len(), theirs.len(), "{ours} {theirs}");
+            assert!(ours.ends_with('Z'), "{ours}");
+            ours[..20] == theirs[..20]
+        });
+        assert!(agreed);
+    }
+
+    #[derive(Debug)]
+    struct Failure(Option<Box<Failure>>);
+
+    impl fmt::Display for Failure {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(if self.0.is_some() { "outer" } else { "inner" })
+        }
+    }
+
+    impl std::error::Error for Failure {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.0.as_deref().map(|e| e as _)
+        }
+    }
+
+    /// Events with every kind of field the visitor treats apart.
+    fn log_some_events() {
+        tracing::info!(
+            webhook = "mutate",
+            uid = %"0c9a8d74-9cb7-44dd-b98e-09fd62def2f4",
+            kind = %"Pod",
+            namespace = "colin-coder",
+            name = %"echo-pod",
+            rules = %"",
+            skipped = "",
+            duration_us = 69_u64,
+            "admission"
+        );
+        tracing::warn!(
+            quoted = "say \"hi\" \\ bye",
+            backslash = "C:\\temp",
+            tab = "a\tb\nc",
+            accents = "žluťoučký",
+            escape = "\u{1b}[31mred",
+            r#type = "raw name",
+            flag = true,
+            signed = -3_i64,
+            float = 1.5_f64,
+            listed = ?vec!["a", "b"],
+            log.target = "skipped",
+            "a message with \u{1b}[2J in it: {}",
+            42
+        );
+        let failure = Failure(Some(Box::new(Failure(None))));
+        tracing::error!(error = &failure as &dyn std::error::Error, "failed");
+        tracing::error!(error = %failure, "failed, displayed");
+        let span = tracing::info_span!("outer", id = "a b", n = 3);
+        let _entered = span.enter();
+        tracing::info!(inner = "yes", "in a span");
+        tracing::info!("only a message");
+        tracing::info!(field_only = 1);
+        tracing::info!(log.module_path = "skipped", after = "a skipped first field");
+        drop(_entered);
+        tracing::trace!(level = "trace", "levels");
+        tracing::debug!(level = "debug", "levels");
+        tracing::info!(
+            log.target = "from::the::log::crate",
+            "a log record's fields"
+        );
+        tracing::info!("a C1 control \u{9b} in the message");
+    }
+
+    /// A timer that writes the same text whenever it is asked.
+    #[derive(Clone)]
+    struct Fixed;
+
+    impl FormatTime for Fixed {
+        fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+            w.write_str("2026-11-24T06:58:16.306482Z")
+        }
+    }
+
+    /// The lines of [`log_some_events`], through tracing-subscriber's default format or ours.
+    fn lines(ours: bool, ansi: bool) -> String {
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let builder = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(ansi)
+            .with_max_level(Level::TRACE)
+            .with_timer(Fixed);
+        if ours {
+            let subscriber = builder
+                .event_format(TextLine::with_timer(Fixed))
+                .fmt_fields(TextFields)
+                .finish();
+            tracing::subscriber::with_default(subscriber, log_some_events);
+        } else {
+            tracing::subscriber::with_default(builder.finish(), log_some_events);
+        }
+        sink.text()
+    }
+
+    #[test]
+    fn lines_are_written_as_tracing_subscriber_writes_them_with_and_without_colour() {
+        for ansi in [false, true] {
+            let expected = lines(false, ansi);
+            assert_eq!(lines(true, ansi), expected);
+            assert_eq!(expected.lines().count(), 12, "{expected}");
+        }
+        let plain = lines(true, false);
+        assert!(
+            plain.starts_with(
+                "2026-11-24T06:58:16.306482Z  INFO podmend::telemetry::text::tests: \
+                 admission webhook=\"mutate\" uid=0c9a8d74"
+            ),
+            "{plain}"
+        );
+        assert!(plain.contains(r#" type="raw name" "#), "{plain}");
+        assert!(!plain.contains("skipped\""), "{plain}");
+    }
+
+    #[test]
+    fn only_terminal_control_characters_make_a_message_need_escaping() {
+        for plain in ["admission", "žluťoučký \" \\ \t\n", "\u{a0} after C1"] {
+            assert!(!has_control_characters(plain), "{plain:?}");
+        }
+        for escaped in [
+            "\u{1b}[2J",
+            "bell\u{7}",
+            "\u{8}",
+            "\u{c}",
+            "\u{7f}",
+            "\u{80}",
+            "c1 \u{9f}",
+        ] {
+            assert!(has_control_characters(escaped), "{escaped:?}");
+        }
+    }
+}
