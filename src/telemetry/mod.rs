@@ -1,9 +1,11 @@
-//! Logging: one `tracing` subscriber for the whole process, text or JSON lines. Under
-//! `serve` ([`LogWriter::Batched`]) a request never writes to stderr itself: it appends its
-//! line to a shared buffer, and a thread of its own writes the buffer out every
-//! [`FLUSH_INTERVAL`] or as soon as it grows past [`WAKE_AT`]. One line per admission decision at tens of thousands of reviews a second
-//! made the direct write a fifth of the cost, and a queue that woke a writer thread per
-//! line still a tenth; appending costs a lock nobody else holds and a copy.
+//! Logging: one `tracing` subscriber for the whole process, text or JSON lines; a text line
+//! is formatted by [`text`] as tracing-subscriber formats it, for less. Under `serve`
+//! ([`LogWriter::Batched`]) a request never writes to stderr itself: it appends its line to
+//! a shared buffer, and a thread of its own writes the buffer out every [`FLUSH_INTERVAL`]
+//! or as soon as it grows past [`WAKE_AT`]. One line per admission decision at tens of
+//! thousands of reviews a second made the direct write a fifth of the cost, and a queue that
+//! woke a writer thread per line still a tenth; appending costs a lock nobody else holds and
+//! a copy.
 
 use std::io::{IsTerminal as _, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -15,7 +17,7 @@ use tracing_subscriber::fmt::MakeWriter;
 
 mod text;
 
-pub use text::{TextFields, TextLine, Timestamp};
+use text::{TextFields, TextLine, Timestamp};
 
 /// Log line format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -210,13 +210,35 @@ impl TextVisitor<'_> {
         self.result.is_ok() && !field.name().starts_with("log.")
     }
 
-    /// Writes the space before a field and `name=`.
-    fn begin(&mut self, name: &str) -> fmt::Result {
-        if !std::mem::replace(&mut self.is_empty, false) {
-            self.writer.write_char(' ')?;
+    /// Writes the space that separates a field from the one before it.
+    fn separate(&mut self) -> fmt::Result {
+        if std::mem::replace(&mut self.is_empty, false) {
+            return Ok(());
         }
-        self.writer.write_str(name)?;
-        self.writer.write_char('=')
+        self.writer.write_char(' ')
+    }
+
+    /// Writes `name=` and the value through `write_value` when the field's name is plain, and
+    /// lets tracing-subscriber's visitor write it (through `record`) when it is not.
+    fn record_with(
+        &mut self,
+        field: &Field,
+        write_value: impl FnOnce(&mut Writer<'_>) -> fmt::Result,
+        record: impl FnOnce(&mut DefaultVisitor<'_>),
+    ) {
+        if !self.wanted(field) {
+            return;
+        }
+        match self.plain_name(field) {
+            Some(name) => {
+                self.result = self
+                    .separate()
+                    .and_then(|()| self.writer.write_str(name))
+                    .and_then(|()| self.writer.write_char('='))
+                    .and_then(|()| write_value(&mut self.writer));
+            }
+            None => self.hand_over(record),
+        }
     }
 
     /// Lets tracing-subscriber's own visitor write the field.
@@ -230,17 +252,11 @@ impl TextVisitor<'_> {
 
 impl Visit for TextVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        if !self.wanted(field) {
-            return;
-        }
-        match self.plain_name(field) {
-            Some(name) => {
-                self.result = self
-                    .begin(name)
-                    .and_then(|()| write_debug_str(&mut self.writer, value));
-            }
-            None => self.hand_over(|visitor| visitor.record_str(field, value)),
-        }
+        self.record_with(
+            field,
+            |writer| write_debug_str(writer, value),
+            |visitor| visitor.record_str(field, value),
+        );
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
@@ -250,18 +266,14 @@ impl Visit for TextVisitor<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if !self.wanted(field) {
+        if field.name() == "message" && self.wanted(field) && self.wrote_message(value) {
             return;
         }
-        match self.plain_name(field) {
-            Some(name) => {
-                self.result = self
-                    .begin(name)
-                    .and_then(|()| write!(self.writer, "{value:?}"));
-            }
-            None if field.name() == "message" && self.wrote_message(value) => {}
-            None => self.hand_over(|visitor| visitor.record_debug(field, value)),
-        }
+        self.record_with(
+            field,
+            |writer| write!(writer, "{value:?}"),
+            |visitor| visitor.record_debug(field, value),
+        );
     }
 }
 
@@ -284,10 +296,9 @@ impl TextVisitor<'_> {
             {
                 return false;
             }
-            if !std::mem::replace(&mut self.is_empty, false) {
-                self.result = self.writer.write_char(' ');
-            }
-            self.result = self.result.and_then(|()| self.writer.write_str(&message));
+            self.result = self
+                .separate()
+                .and_then(|()| self.writer.write_str(&message));
             true
         })
     }
