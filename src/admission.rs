@@ -6,10 +6,11 @@
 use base64::Engine as _;
 use json_patch::PatchOperation;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::config::Mode;
-use crate::engine::{Operation, Outcome, RawSubject, document};
+use crate::engine::{Operation, Outcome, RawSubject, WholeObjects, document};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
 pub const KIND: &str = "AdmissionReview";
@@ -57,11 +58,13 @@ pub struct GroupVersionKind {
     pub kind: String,
 }
 
-/// The parts of `AdmissionRequest` podmend reads; everything else is ignored. The objects stay
-/// raw JSON, borrowed from the body, until a review needs them.
+/// The parts of `AdmissionRequest` podmend reads; everything else is skipped unbuilt. The
+/// objects are sketched as the body is read (only what deciding needs, see
+/// [`document`]); [`Request::read_whole`] reads them whole from the body when a review needs
+/// more.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AdmissionRequest<'a> {
+pub struct AdmissionRequest {
     #[serde(default)]
     pub uid: String,
     #[serde(default)]
@@ -74,30 +77,34 @@ pub struct AdmissionRequest<'a> {
     pub namespace: Option<String>,
     #[serde(default)]
     pub operation: String,
-    #[serde(default, borrow)]
-    pub object: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    pub old_object: Option<&'a RawValue>,
+    /// A sketch of `object`.
+    #[serde(default, rename = "object", deserialize_with = "document::sketch")]
+    pub object_sketch: Option<Value>,
+    /// A sketch of `oldObject`.
+    #[serde(default, rename = "oldObject", deserialize_with = "document::sketch")]
+    pub old_object_sketch: Option<Value>,
     #[serde(default)]
     pub dry_run: Option<bool>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn<'a> {
+struct ReviewIn {
     #[serde(default)]
     api_version: Option<String>,
     #[serde(default)]
     kind: Option<String>,
-    #[serde(default, borrow)]
-    request: Option<AdmissionRequest<'a>>,
+    #[serde(default)]
+    request: Option<AdmissionRequest>,
 }
 
 /// A decoded request, ready for the engine.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
-    pub inner: AdmissionRequest<'a>,
+    pub inner: AdmissionRequest,
     pub operation: Operation,
+    /// The body it was decoded from, read again for the whole objects.
+    body: &'a [u8],
 }
 
 impl<'a> Request<'a> {
@@ -109,14 +116,15 @@ impl<'a> Request<'a> {
             kind: &self.inner.kind.kind,
             sub_resource: self.inner.sub_resource.as_deref().unwrap_or(""),
             namespace: self.inner.namespace.as_deref().unwrap_or(""),
-            object: self.inner.object,
-            old_object: self.inner.old_object,
+            object: self.inner.object_sketch.as_ref(),
+            old_object: self.inner.old_object_sketch.as_ref(),
+            whole: self,
         }
     }
 
     /// `metadata.name`, or `generateName` for objects the API server has not named yet (the
     /// request's `name` is empty for those). `read` is that name as the review read it
-    /// ([`Outcome::name`]), so the object is not parsed once more for it.
+    /// ([`Outcome::name`]).
     pub fn object_name(&self, read: Option<&str>) -> String {
         if let Some(name) = self.inner.name.as_deref().filter(|n| !n.is_empty()) {
             return name.to_string();
@@ -126,18 +134,42 @@ impl<'a> Request<'a> {
         }
         // A request routed away before the review read its object (a DELETE, a subresource).
         self.inner
-            .object
-            .or(self.inner.old_object)
-            .and_then(|raw| document::sketch(raw).ok())
-            .map(|object| document::name(&object).to_string())
+            .object_sketch
+            .as_ref()
+            .or(self.inner.old_object_sketch.as_ref())
+            .map(|object| document::name(object).to_string())
             .unwrap_or_default()
     }
 }
 
+/// The objects whole, read from the body a second time: only a review in which a rule may
+/// act, or one of an update or a status, needs them.
+impl WholeObjects for Request<'_> {
+    fn read_whole(&self) -> Result<(Option<Value>, Option<Value>), serde_json::Error> {
+        #[derive(Deserialize)]
+        struct Review {
+            #[serde(default)]
+            request: Option<Objects>,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Objects {
+            #[serde(default, deserialize_with = "document::parse")]
+            object: Option<Value>,
+            #[serde(default, deserialize_with = "document::parse")]
+            old_object: Option<Value>,
+        }
+        let review: Review = serde_json::from_slice(self.body)?;
+        Ok(review
+            .request
+            .map_or((None, None), |r| (r.object, r.old_object)))
+    }
+}
+
 /// Decodes an AdmissionReview body in one pass: the envelope's fields podmend does not read
-/// are skipped without being built, and the objects are kept raw (their depth checked).
+/// are skipped without being built, and the objects are sketched (their depth checked).
 pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
-    let review: ReviewIn<'_> =
+    let review: ReviewIn =
         serde_json::from_slice(body).map_err(|error| match error.classify() {
             serde_json::error::Category::Data => AdmissionError::NotAReview(error),
             _ if error.to_string().starts_with("recursion limit exceeded") => {
@@ -162,14 +194,50 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
     }
     let operation = Operation::parse(&inner.operation)
         .ok_or_else(|| AdmissionError::UnknownOperation(inner.operation.clone()))?;
-    // The objects sit two levels down (the review, its request): what serde_json would
-    // refuse to build is refused here, as it was when they were built while decoding.
-    for raw in [inner.object, inner.old_object].into_iter().flatten() {
-        if nesting(raw.get().as_bytes()) > MAX_DEPTH - 1 - 2 {
-            return Err(AdmissionError::TooDeep);
-        }
+    if objects_too_deep(body) {
+        return Err(AdmissionError::TooDeep);
     }
-    Ok(Request { inner, operation })
+    Ok(Request {
+        inner,
+        operation,
+        body,
+    })
+}
+
+/// Whether an object of the review nests deeper than serde_json would build it (the sketch
+/// skips most of an object unbuilt, so its depth is checked here). A field the review does
+/// not read may nest deeper: it is skipped, as it always was. The objects sit two levels down
+/// (the review, its request), so a body within the limit has them within it too, and only a
+/// body past it is read again for where its depth is.
+fn objects_too_deep(body: &[u8]) -> bool {
+    const OBJECT_LIMIT: usize = MAX_DEPTH - 1 - 2;
+    if nesting(body) <= OBJECT_LIMIT + 2 {
+        return false;
+    }
+    #[derive(Deserialize)]
+    struct Review<'a> {
+        #[serde(default, borrow)]
+        request: Option<Objects<'a>>,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Objects<'a> {
+        #[serde(default, borrow)]
+        object: Option<&'a RawValue>,
+        #[serde(default, borrow)]
+        old_object: Option<&'a RawValue>,
+    }
+    // The body decoded once already: it decodes again.
+    let Ok(Review {
+        request: Some(objects),
+    }) = serde_json::from_slice::<Review<'_>>(body)
+    else {
+        return false;
+    };
+    [objects.object, objects.old_object]
+        .into_iter()
+        .flatten()
+        .any(|raw| nesting(raw.get().as_bytes()) > OBJECT_LIMIT)
 }
 
 /// How deeply arrays and objects nest in `json` (valid JSON: strings are skipped whole).
@@ -376,33 +444,46 @@ mod tests {
     }
 
     #[test]
-    fn objects_are_kept_raw_as_the_body_has_them() {
-        let object = json!({"metadata": {"name": "p", "managedFields": [{"manager": "kubectl"}]}});
+    fn objects_are_sketched_as_the_body_is_read_and_read_whole_from_it_on_demand() {
+        let object = json!({"metadata": {"name": "p", "uid": "u", "managedFields": [{"manager": "kubectl"}]},
+            "spec": {"nodeName": "n1", "priority": 3}});
         let body = review(
             json!({"uid": "u1", "operation": "UPDATE", "object": object, "oldObject": object}),
         );
         let request = decode(&body).expect("decodes");
-        let raw =
-            |r: Option<&RawValue>| r.map(|r| serde_json::from_str::<Value>(r.get()).expect("json"));
-        assert_eq!(raw(request.inner.object), Some(object.clone()));
-        assert_eq!(raw(request.inner.old_object), Some(object));
+        let sketch = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}});
+        assert_eq!(request.inner.object_sketch.as_ref(), Some(&sketch));
+        assert_eq!(request.inner.old_object_sketch.as_ref(), Some(&sketch));
+        let whole = json!({"metadata": {"name": "p", "uid": "u"},
+            "spec": {"nodeName": "n1", "priority": 3}});
+        assert_eq!(
+            request.read_whole().expect("reads"),
+            (Some(whole.clone()), Some(whole))
+        );
     }
 
     #[test]
     fn objects_that_are_null_missing_or_not_maps_decode_as_they_are() {
-        let body = review(json!({"uid": "u", "operation": "CREATE", "object": null}));
-        assert!(decode(&body).expect("decodes").inner.object.is_none());
-        let body = review(json!({"uid": "u", "operation": "DELETE"}));
-        assert!(decode(&body).expect("decodes").inner.object.is_none());
-        let body = review(
-            json!({"uid": "u", "operation": "CREATE", "object": [1, "x"],
-            "oldObject": {"metadata": 3}}),
-        );
-        let request = decode(&body).expect("decodes");
-        assert_eq!(request.inner.object.map(RawValue::get), Some(r#"[1,"x"]"#));
+        let decoded = |request: Value| {
+            let body = review(request);
+            let request = decode(&body).expect("decodes");
+            let sketches = (
+                request.inner.object_sketch.clone(),
+                request.inner.old_object_sketch.clone(),
+            );
+            (sketches, request.read_whole().expect("reads"))
+        };
+        let none = ((None, None), (None, None));
         assert_eq!(
-            request.inner.old_object.map(RawValue::get),
-            Some(r#"{"metadata":3}"#)
+            decoded(json!({"uid": "u", "operation": "CREATE", "object": null})),
+            none
+        );
+        assert_eq!(decoded(json!({"uid": "u", "operation": "DELETE"})), none);
+        let (object, old) = (json!([1, "x"]), json!({"metadata": 3}));
+        let both = (Some(object.clone()), Some(old.clone()));
+        assert_eq!(
+            decoded(json!({"uid": "u", "operation": "CREATE", "object": object, "oldObject": old})),
+            (both.clone(), both)
         );
     }
 
@@ -426,6 +507,27 @@ mod tests {
             decode(&body(10_000)),
             Err(AdmissionError::TooDeep)
         ));
+        // Whether the sketch skips the deep part (above) or keeps it (labels), or it is in
+        // the old object; but not a field of the request the review does not read.
+        let labelled = |depth: usize| {
+            format!(
+                r#"{{"apiVersion":"{API_VERSION}","kind":"{KIND}","request":{{"uid":"u","operation":"UPDATE","object":{{}},"oldObject":{{"metadata":{{"labels":{}}}}}}}}}"#,
+                nested(depth)
+            )
+            .into_bytes()
+        };
+        assert!(decode(&labelled(MAX_DEPTH - 5)).is_ok());
+        for depth in [MAX_DEPTH - 4, 10_000] {
+            assert!(matches!(
+                decode(&labelled(depth)),
+                Err(AdmissionError::TooDeep)
+            ));
+        }
+        let unread = format!(
+            r#"{{"apiVersion":"{API_VERSION}","kind":"{KIND}","request":{{"uid":"u","operation":"CREATE","options":{},"object":{{}}}}}}"#,
+            nested(10_000)
+        );
+        assert!(decode(unread.as_bytes()).is_ok());
         // Brackets inside strings are text, not nesting.
         assert_eq!(nesting(br#"{"a":"[[[[\"{{","b":[1]}"#), 2);
         // An escaped backslash ends right before the closing quote; escapes never end a string.

@@ -13,7 +13,7 @@ use common::server::{create_review, review_of};
 use podmend::admission;
 use podmend::cluster::StaticCluster;
 use podmend::config::{Config, Mode};
-use podmend::engine::{Engine, Subject, document};
+use podmend::engine::{Engine, Subject, WholeObjects};
 use serde_json::Value;
 
 /// Every AdmissionReview the fixtures make: their captures as they are, and a CREATE of every
@@ -100,11 +100,7 @@ fn the_raw_review_of_every_fixture_equals_the_review_of_its_parsed_objects() {
         let body = serde_json::to_vec(review).expect("JSON");
         let request = admission::decode(&body).unwrap_or_else(|e| panic!("{name}: {e}"));
         let raw = request.subject();
-        let parse = |raw: Option<&serde_json::value::RawValue>| {
-            raw.map(|raw| document::parse(raw).expect("the object parses"))
-                .filter(|o| !o.is_null())
-        };
-        let (object, old_object) = (parse(raw.object), parse(raw.old_object));
+        let (object, old_object) = request.read_whole().expect("the objects parse");
         let parsed = Subject {
             operation: raw.operation,
             group: raw.group,

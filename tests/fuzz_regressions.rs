@@ -119,9 +119,8 @@ fn a_dind_pod_with_a_mount_missing_its_path_gets_no_patch_the_api_server_cannot_
             .expect("the response is JSON");
     let patch = k8s_rules::verify_admission_response(&request.inner.uid, &response, true)
         .expect("the API server accepts the response");
-    let object: Value =
-        serde_json::from_str(request.inner.object.expect("the pod").get()).expect("JSON");
-    let object = &object;
+    let review: Value = serde_json::from_slice(&body).expect("JSON");
+    let object = &review["request"]["object"];
     k8s_rules::apply_patch_as_api_server(object, &patch.unwrap_or_default())
         .expect("the API server applies the answer");
     // And the API server's own validation is what refuses the pod, naming the field.

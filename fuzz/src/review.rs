@@ -8,9 +8,8 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use podmend::admission::{self, AdmissionDecision, Request, Webhook};
 use podmend::cluster::{ClusterView, StaticCluster};
 use podmend::config::{Config, Mode, SidecarMode};
-use podmend::engine::{Engine, Subject, document};
+use podmend::engine::{Engine, Subject, WholeObjects};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::k8s_rules;
 
@@ -147,8 +146,7 @@ pub fn limit_range_values(items: &[LimitRangeItem]) -> Vec<Value> {
 /// LimitRange items `cluster` answers with, for the LimitRanger check.
 pub fn check_request(request: &Request, cluster: &dyn ClusterView, limit_ranges: &[Value]) {
     // The objects parsed, as `audit` gives them to the engine.
-    let parse = |raw: Option<&RawValue>| raw.and_then(|raw| document::parse(raw).ok());
-    let (parsed_object, parsed_old) = (parse(request.inner.object), parse(request.inner.old_object));
+    let (parsed_object, parsed_old) = request.read_whole().unwrap_or_default();
     let raw = request.subject();
     let parsed = Subject {
         operation: raw.operation,

@@ -14,23 +14,18 @@ use std::borrow::Cow;
 
 use serde::Deserialize as _;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-/// The whole object, without `metadata.managedFields`.
-pub fn parse(raw: &RawValue) -> Result<Value, serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-    let value = Pruned(Level::Object).deserialize(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(value)
+/// The whole object, without `metadata.managedFields`, read where it sits in a document (a
+/// request's `object`, through serde's `deserialize_with`); `null` is no object.
+pub fn parse<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Ok(Some(Pruned(Level::Object).deserialize(deserializer)?).filter(|v| !v.is_null()))
 }
 
-/// The object with only the fields of [`OBJECT`] (see the module's doc).
-pub fn sketch(raw: &RawValue) -> Result<Value, serde_json::Error> {
-    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-    let value = Shaped(&OBJECT).deserialize(&mut deserializer)?;
-    deserializer.end()?;
-    Ok(value)
+/// The object with only the fields of [`OBJECT`] (see the module's doc), read where it sits
+/// in a document, so that the document is read once; `null` is no object.
+pub fn sketch<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
+    Ok(Some(Shaped(&OBJECT).deserialize(deserializer)?).filter(|v| !v.is_null()))
 }
 
 /// `metadata.name`, or `generateName` while the object has no name (a pod its controller
@@ -294,8 +289,16 @@ mod tests {
 
     use super::*;
 
-    fn raw(value: &Value) -> Box<RawValue> {
-        RawValue::from_string(value.to_string()).expect("raw JSON")
+    /// The sketch of an object written as `text`.
+    fn sketched(text: &str) -> Value {
+        let read = sketch(&mut serde_json::Deserializer::from_str(text));
+        read.expect("sketches").unwrap_or_default()
+    }
+
+    /// The object written as `text`, parsed.
+    fn parsed(text: &str) -> Value {
+        let read = parse(&mut serde_json::Deserializer::from_str(text));
+        read.expect("parses").unwrap_or_default()
     }
 
     #[test]
@@ -312,7 +315,7 @@ mod tests {
             .as_object_mut()
             .expect("map")
             .remove("managedFields");
-        assert_eq!(parse(&raw(&object)).expect("parses"), expected);
+        assert_eq!(parsed(&object.to_string()), expected);
     }
 
     #[test]
@@ -329,7 +332,7 @@ mod tests {
             "status": {"phase": "Pending"}
         });
         assert_eq!(
-            sketch(&raw(&pod)).expect("sketches"),
+            sketched(&pod.to_string()),
             json!({
                 "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"},
                     "annotations": {"x": "y"}, "ownerReferences": [{"kind": "ReplicaSet"}]},
@@ -361,19 +364,16 @@ mod tests {
                 json!({"template": kept_template}),
             ),
         ] {
-            assert_eq!(sketch(&raw(&object)).expect("sketches"), expected);
+            assert_eq!(sketched(&object.to_string()), expected);
         }
     }
 
     #[test]
     fn a_sketch_reads_keys_written_with_escapes_as_the_whole_object_does() {
-        let raw = RawValue::from_string(
-            r#"{"meta\u0064ata": {"n\u0061me": "p", "uid": "u"}, "sp\u0065c": {"nodeName": "n1"}}"#
-                .to_string(),
-        )
-        .expect("raw JSON");
+        let text =
+            r#"{"meta\u0064ata": {"n\u0061me": "p", "uid": "u"}, "sp\u0065c": {"nodeName": "n1"}}"#;
         assert_eq!(
-            sketch(&raw).expect("sketches"),
+            sketched(text),
             json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}})
         );
     }
@@ -387,7 +387,7 @@ mod tests {
             json!(["not", "an", "object"]),
             json!("a string"),
         ] {
-            assert_eq!(sketch(&raw(&object)).expect("sketches"), object);
+            assert_eq!(sketched(&object.to_string()), object);
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Runs the rule registry on one object and computes the JSON Patch. Knows which objects,
 //! operations and annotations are acted on; knows nothing of HTTP. `serve` calls
-//! [`Engine::review_raw`] with the request's raw JSON, `audit` [`Engine::review`] with
-//! parsed manifests; both decide the same.
+//! [`Engine::review_raw`] with the request's objects sketched, `audit` [`Engine::review`]
+//! with parsed manifests; both decide the same.
 //!
 //! A review reads top to bottom:
 //! - [`scope`]: whether podmend acts on the request (kind, subresource, operation), then on
@@ -11,13 +11,15 @@
 //!   each with its finding and patch;
 //! - [`patch`]: the patch enforce-mode rules apply and the whole repair, with the
 //!   `podmend.io/mutated` annotation, checked to apply to the object as sent;
-//! - [`diff`]: the name-aware JSON diff the patches are computed with;
+//! - [`diff`]: the name-aware JSON diff the patches are computed with, and [`spec_diff`]:
+//!   that diff of two pod specs, serializing only the fields that differ;
 //! - [`status`]: `UPDATE pods/status` for the status rules;
 //! - [`document`]: the raw object sketched (only what scope and the rules' cheap look read)
 //!   or parsed (without managedFields).
 //!
 //! The patch is the diff of two serializations of the same typed pod spec (before and after
-//! the rules), so a field our Kubernetes types do not know is in neither and is never removed.
+//! the rules; only the fields that differ are serialized), so a field our Kubernetes types do
+//! not know is in neither and is never removed.
 //! Lists of named items (containers, volumes) are diffed by name, so such a field also stays
 //! on its own container when a container is inserted before it.
 
@@ -26,13 +28,13 @@ pub mod document;
 mod patch;
 mod run;
 mod scope;
+mod spec_diff;
 mod status;
 
 use std::borrow::Cow;
 
 use json_patch::PatchOperation;
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::cluster::ClusterView;
 use crate::config::{Config, Mode};
@@ -91,17 +93,27 @@ pub struct Subject<'a> {
     pub old_object: Option<&'a Value>,
 }
 
-/// The same, with its objects as the raw JSON of the request (the webhook): parsed only as
-/// far as a review needs them.
-#[derive(Debug, Clone, Copy)]
+/// The same as the webhook decodes it: the objects sketched as the request was read (only
+/// what scope and the rules' cheap look read, see [`document`]), and read whole only when a
+/// review needs more.
+#[derive(Clone, Copy)]
 pub struct RawSubject<'a> {
     pub operation: Operation,
     pub group: &'a str,
     pub kind: &'a str,
     pub sub_resource: &'a str,
     pub namespace: &'a str,
-    pub object: Option<&'a RawValue>,
-    pub old_object: Option<&'a RawValue>,
+    /// Sketches of the objects.
+    pub object: Option<&'a Value>,
+    pub old_object: Option<&'a Value>,
+    /// The request, to read its objects whole.
+    pub whole: &'a dyn WholeObjects,
+}
+
+/// A request that can read its objects whole (`object`, `oldObject`), without
+/// `metadata.managedFields`, `None` for one it does not have.
+pub trait WholeObjects {
+    fn read_whole(&self) -> Result<(Option<Value>, Option<Value>), serde_json::Error>;
 }
 
 impl<'a> RawSubject<'a> {
@@ -286,10 +298,10 @@ impl Engine {
         outcome.named(subject.object)
     }
 
-    /// Reviews a request whose objects are raw JSON, as [`review`](Self::review) would once
-    /// they are parsed, parsing only what it needs: nothing for a request routed away (a
-    /// DELETE, another subresource, an unhandled kind), and only a sketch of a created
-    /// object when no rule may act on it, which is what most pods are.
+    /// Reviews a request as the webhook decodes it, as [`review`](Self::review) would once its
+    /// objects are parsed, reading them whole only when it needs to: not for a request routed
+    /// away (a DELETE, another subresource, an unhandled kind), nor for a created object
+    /// whose sketch shows no rule may act on it, which is what most pods are.
     pub fn review_raw(&self, subject: &RawSubject<'_>, cluster: &dyn ClusterView) -> Outcome {
         let route = scope::route(
             self,
@@ -305,20 +317,14 @@ impl Engine {
         };
         if spec
             && subject.operation == Operation::Create
-            && let Some(raw) = subject.object
-            && let Ok(sketch) = document::sketch(raw)
-            && let Some(outcome) =
-                self.decided_by_sketch(target, &subject.with(Some(&sketch), None))
+            && let Some(sketch) = subject.object
+            && let Some(outcome) = self.decided_by_sketch(target, &subject.with(Some(sketch), None))
         {
-            return outcome.named(Some(&sketch));
+            return outcome.named(Some(sketch));
         }
-        let parse = |raw: Option<&RawValue>| raw.map(document::parse).transpose();
-        let (object, old) = match (parse(subject.object), parse(subject.old_object)) {
-            (Ok(object), Ok(old)) => (
-                object.filter(|o| !o.is_null()),
-                old.filter(|o| !o.is_null()),
-            ),
-            (Err(error), _) | (_, Err(error)) => {
+        let (object, old) = match subject.whole.read_whole() {
+            Ok(objects) => objects,
+            Err(error) => {
                 return Outcome::skipped(
                     Some(target),
                     Skip::UnreadableObject(error.to_string().into()),
