@@ -23,6 +23,29 @@ pub(super) fn diff(before: &Value, after: &Value) -> json_patch::Patch {
     json_patch::Patch(walk.ops)
 }
 
+/// The diff of two maps given as the keys that differ, each with its value on both sides
+/// (`None`: absent), in the order the maps list them: what [`diff`] of the whole maps gives,
+/// adds and diffs in order, removes last.
+pub(super) fn keys(changed: &[(&str, Option<&Value>, Option<&Value>)]) -> json_patch::Patch {
+    let mut walk = Walk {
+        at: Vec::new(),
+        ops: Vec::new(),
+    };
+    let mut removed = Vec::new();
+    for &(key, before, after) in changed {
+        walk.at(Segment::Key(key), |walk| match (before, after) {
+            (Some(before), Some(after)) => walk.values(before, after),
+            (None, Some(after)) => walk.add(after),
+            (Some(_), None) => removed.push(key),
+            (None, None) => {}
+        });
+    }
+    for key in removed {
+        walk.at(Segment::Key(key), Walk::remove);
+    }
+    json_patch::Patch(walk.ops)
+}
+
 /// One step of a path: a map key or an array index.
 #[derive(Clone, Copy)]
 enum Segment<'a> {

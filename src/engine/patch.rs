@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 
 use super::run::{Ran, State};
 use super::scope::InScope;
-use super::{Finding, MUTATED_ANNOTATION, Outcome, Skip, diff};
+use super::spec_diff::{self, Seen};
+use super::{Finding, MUTATED_ANNOTATION, Outcome, Skip};
 use crate::config::Mode;
 use crate::target::Target;
 
@@ -27,13 +28,16 @@ pub(super) fn spec_patches(
         (Some(finding), None) => Some(&finding.patch),
         _ => None,
     };
-    let annotated = |state: &State, rules: Vec<&str>| {
-        let Some(value) = &state.value else {
+    let annotated = |state: &State, seen: &Seen, rules: Vec<&str>| {
+        if !state.touched {
             return Vec::new();
-        };
+        }
         let mut patch = match only_change {
             Some(patch) => patch.clone(),
-            None => prefixed(&ran.spec_pointer, diff::diff(&ran.original_value, value)),
+            None => prefixed(
+                &ran.spec_pointer,
+                spec_diff::since(&ran.original, &state.spec, seen),
+            ),
         };
         if !patch.is_empty() {
             patch.push(mutated_annotation_op(
@@ -45,11 +49,12 @@ pub(super) fn spec_patches(
         }
         patch
     };
-    let repair = annotated(&ran.repaired, changed_by(&ran.findings, false));
-    // While the states are one, every rule that changed something enforces.
+    let repair = annotated(&ran.repaired, &ran.seen, changed_by(&ran.findings, false));
+    // While the states are one, every rule that changed something enforces. The rules' diffs
+    // were read on the repaired state, not on what enforce-mode rules apply.
     let patch = match &ran.applied {
         None => repair.clone(),
-        Some(enforced) => annotated(enforced, changed_by(&ran.findings, true)),
+        Some(enforced) => annotated(enforced, &Seen::default(), changed_by(&ran.findings, true)),
     };
     (patch, repair)
 }

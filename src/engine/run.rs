@@ -8,11 +8,10 @@
 use json_patch::jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
-use serde_json::Value;
 
-use super::patch::{parse_pointer, prefixed, to_json};
+use super::patch::{parse_pointer, prefixed};
 use super::scope::InScope;
-use super::{Engine, Finding, Skip, diff};
+use super::{Engine, Finding, Skip, spec_diff};
 use crate::cluster::ClusterView;
 use crate::config::Mode;
 use crate::rules::{Rule, RuleContext};
@@ -35,22 +34,24 @@ pub(super) fn active<'e>(engine: &'e Engine, scope: &InScope<'_>) -> Vec<(&'e dy
         .collect()
 }
 
-/// A pod spec as the rules left it, with its JSON form once a rule has changed it
-/// (`None`: unchanged, the original's).
+/// A pod spec as the rules left it.
 pub(super) struct State {
-    spec: PodSpec,
-    pub value: Option<Value>,
+    pub spec: PodSpec,
+    /// Whether a rule found something in it (changed it or left a note).
+    pub touched: bool,
 }
 
 /// What the rules did to the spec.
 pub(super) struct Ran {
     pub findings: Vec<Finding>,
-    /// The spec as decoded, serialized: what the states are diffed against.
-    pub original_value: Value,
+    /// The spec as decoded: what the states are diffed against.
+    pub original: PodSpec,
     /// Where the spec is in the object: what every patch path starts with.
     pub spec_pointer: PointerBuf,
     /// Every rule's repair applied.
     pub repaired: State,
+    /// What the rules' diffs read of `repaired`.
+    pub seen: spec_diff::Seen,
     /// Enforce-mode repairs only, once a warn-mode rule changed something; `None` while
     /// the two are one.
     pub applied: Option<State>,
@@ -70,12 +71,13 @@ pub(super) fn run(
         cluster,
     };
     let mut ran = Ran {
-        original_value: to_json(&original),
-        spec_pointer: parse_pointer(scope.target.spec),
         repaired: State {
-            spec: original,
-            value: None,
+            spec: original.clone(),
+            touched: false,
         },
+        original,
+        spec_pointer: parse_pointer(scope.target.spec),
+        seen: spec_diff::Seen::default(),
         applied: None,
         findings: Vec::new(),
     };
@@ -84,26 +86,30 @@ pub(super) fn run(
         // parted, what came before it is kept for the applied state.
         let before_parting =
             (ran.applied.is_none() && mode != Mode::Enforce).then(|| ran.repaired.spec.clone());
+        // The spec before this rule: the original one until a rule has found something.
+        let before = ran.repaired.touched.then(|| ran.repaired.spec.clone());
         let messages = rule.repair(&mut ran.repaired.spec, &scope.meta, &cx);
-        let value = to_json(&ran.repaired.spec);
-        let before = ran.repaired.value.as_ref().unwrap_or(&ran.original_value);
-        let patch = prefixed(&ran.spec_pointer, diff::diff(before, &value));
+        let before = before.as_ref().unwrap_or(&ran.original);
+        let patch = prefixed(
+            &ran.spec_pointer,
+            spec_diff::step(before, &ran.repaired.spec, &mut ran.seen),
+        );
         if messages.is_empty() && patch.is_empty() {
             continue;
         }
-        let previous_value = ran.repaired.value.replace(value);
+        let touched_before = std::mem::replace(&mut ran.repaired.touched, true);
         if !patch.is_empty() {
             match (&mut ran.applied, mode) {
                 // An enforce-mode rule after the states parted: apply it to what is applied.
                 (Some(enforced), Mode::Enforce) => {
                     rule.repair(&mut enforced.spec, &scope.meta, &cx);
-                    enforced.value = Some(to_json(&enforced.spec));
+                    enforced.touched = true;
                 }
                 // A rule that only warns changed something: the states part here.
                 (None, mode) if mode != Mode::Enforce => {
                     ran.applied = before_parting.map(|spec| State {
                         spec,
-                        value: previous_value,
+                        touched: touched_before,
                     });
                 }
                 _ => {}
