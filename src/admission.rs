@@ -169,14 +169,19 @@ impl WholeObjects for Request<'_> {
 /// Decodes an AdmissionReview body in one pass: the envelope's fields podmend does not read
 /// are skipped without being built, and the objects are sketched (their depth checked).
 pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
-    let review: ReviewIn =
-        serde_json::from_slice(body).map_err(|error| match error.classify() {
-            serde_json::error::Category::Data => AdmissionError::NotAReview(error),
-            _ if error.to_string().starts_with("recursion limit exceeded") => {
-                AdmissionError::TooDeep
-            }
-            _ => AdmissionError::NotJson(error),
-        })?;
+    // The sketch skips most strings unread: the whole body is checked to be UTF-8 here, as
+    // serde_json checked each object when it kept them raw.
+    let text = std::str::from_utf8(body).map_err(|error| {
+        AdmissionError::NotJson(serde::de::Error::custom(format_args!(
+            "invalid UTF-8 at byte {}",
+            error.valid_up_to()
+        )))
+    })?;
+    let review: ReviewIn = serde_json::from_str(text).map_err(|error| match error.classify() {
+        serde_json::error::Category::Data => AdmissionError::NotAReview(error),
+        _ if error.to_string().starts_with("recursion limit exceeded") => AdmissionError::TooDeep,
+        _ => AdmissionError::NotJson(error),
+    })?;
     match review.api_version.as_deref() {
         Some(API_VERSION) => {}
         other => {
@@ -536,9 +541,20 @@ mod tests {
         assert_eq!(nesting(br#"[{"a":"[[[\"#), 2);
     }
 
+    /// A review whose object has a byte that is not UTF-8 in a field the sketch skips.
+    fn not_utf8() -> Vec<u8> {
+        let mut body = review(json!({"uid": "u", "operation": "CREATE",
+            "object": {"metadata": {"creationTimestamp": "2025-06-02T09:21:0__7Z"}}}));
+        if let Some(at) = body.windows(2).position(|w| w == b"__") {
+            body[at] = 0x8d;
+        }
+        body
+    }
+
     #[test]
     fn unreadable_bodies_are_refused_with_a_reason() {
         let cases: Vec<(Vec<u8>, &str)> = vec![
+            (not_utf8(), "invalid UTF-8 at byte"),
             (b"{not json".to_vec(), "not valid JSON"),
             (b"[1,2]".to_vec(), "not an AdmissionReview"),
             (b"{\"apiVersion\": 1}".to_vec(), "not an AdmissionReview"),
