@@ -44,8 +44,8 @@ pub enum AdmissionError {
     TooDeep,
 }
 
-/// serde_json's nesting limit: a value nested deeper does not parse. The objects are kept raw
-/// until a review needs them, so their depth is checked as the body is decoded.
+/// serde_json's nesting limit: a value nested deeper does not parse. The sketch skips most of
+/// an object unbuilt, so the objects' depth is checked as the body is decoded.
 pub const MAX_DEPTH: usize = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
@@ -103,8 +103,8 @@ struct ReviewIn {
 pub struct Request<'a> {
     pub inner: AdmissionRequest,
     pub operation: Operation,
-    /// The body it was decoded from, read again for the whole objects.
-    body: &'a [u8],
+    /// The body it was decoded from (checked to be UTF-8), read again for the whole objects.
+    body: &'a str,
 }
 
 impl<'a> Request<'a> {
@@ -159,7 +159,7 @@ impl WholeObjects for Request<'_> {
             #[serde(default, deserialize_with = "document::parse")]
             old_object: Option<Value>,
         }
-        let review: Review = serde_json::from_slice(self.body)?;
+        let review: Review = serde_json::from_str(self.body)?;
         Ok(review
             .request
             .map_or((None, None), |r| (r.object, r.old_object)))
@@ -199,13 +199,13 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
     }
     let operation = Operation::parse(&inner.operation)
         .ok_or_else(|| AdmissionError::UnknownOperation(inner.operation.clone()))?;
-    if objects_too_deep(body) {
+    if objects_too_deep(text) {
         return Err(AdmissionError::TooDeep);
     }
     Ok(Request {
         inner,
         operation,
-        body,
+        body: text,
     })
 }
 
@@ -214,9 +214,9 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
 /// not read may nest deeper: it is skipped, as it always was. The objects sit two levels down
 /// (the review, its request), so a body within the limit has them within it too, and only a
 /// body past it is read again for where its depth is.
-fn objects_too_deep(body: &[u8]) -> bool {
+fn objects_too_deep(body: &str) -> bool {
     const OBJECT_LIMIT: usize = MAX_DEPTH - 1 - 2;
-    if nesting(body) <= OBJECT_LIMIT + 2 {
+    if nesting(body.as_bytes()) <= OBJECT_LIMIT + 2 {
         return false;
     }
     #[derive(Deserialize)]
@@ -235,7 +235,7 @@ fn objects_too_deep(body: &[u8]) -> bool {
     // The body decoded once already: it decodes again.
     let Ok(Review {
         request: Some(objects),
-    }) = serde_json::from_slice::<Review<'_>>(body)
+    }) = serde_json::from_str::<Review<'_>>(body)
     else {
         return false;
     };

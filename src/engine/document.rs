@@ -1,4 +1,4 @@
-//! An object as the webhook receives it, raw JSON, read two ways:
+//! An object as the webhook receives it, read where it sits in the request's JSON, two ways:
 //!
 //! - [`sketch`]: a copy that holds only what deciding scope and the rules' `may_apply` read
 //!   (names, namespace, labels, annotations, owners; nodeName, each container's name, image,

@@ -6,6 +6,8 @@
 //! before it left it from [`Seen`], and the whole repair's diff is made of what the rules'
 //! diffs read. Debug builds check every diff against the whole one.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Serialize;
 use serde_json::Value;
@@ -78,27 +80,30 @@ pub(super) fn step(before: &PodSpec, after: &PodSpec, seen: &mut Seen) -> json_p
 /// the way to `now` (empty for a spec they were not diffed on): the fields it holds are not
 /// serialized again.
 pub(super) fn since(original: &PodSpec, now: &PodSpec, seen: &Seen) -> json_patch::Patch {
-    let names = changed_fields(original, now);
-    let read: Vec<Option<(Option<Value>, Option<Value>)>> = names
-        .iter()
-        .map(|name| {
-            seen.get(name)
-                .is_none()
-                .then(|| (field_json(original, name), field_json(now, name)))
+    let changed: Vec<(&str, FieldRead<'_>, FieldRead<'_>)> = changed_fields(original, now)
+        .into_iter()
+        .map(|name| match seen.get(name) {
+            Some(field) => (
+                name,
+                Cow::Borrowed(&field.first),
+                Cow::Borrowed(&field.last),
+            ),
+            None => (
+                name,
+                Cow::Owned(field_json(original, name)),
+                Cow::Owned(field_json(now, name)),
+            ),
         })
         .collect();
-    let changed: Vec<_> = names
+    let keys: Vec<_> = changed
         .iter()
-        .zip(&read)
-        .map(|(name, read)| match (read, seen.get(name)) {
-            (Some((first, last)), _) => (*name, first.as_ref(), last.as_ref()),
-            (None, Some(field)) => (*name, field.first.as_ref(), field.last.as_ref()),
-            (None, None) => (*name, None, None),
-        })
+        .map(|(name, first, last)| (*name, first.as_ref().as_ref(), last.as_ref().as_ref()))
         .collect();
-    let patch = diff::keys(&changed);
-    checked(original, now, patch)
+    checked(original, now, diff::keys(&keys))
 }
+
+/// A field's JSON, as a rule's diff read it or serialized now.
+type FieldRead<'a> = Cow<'a, Option<Value>>;
 
 /// `patch`, which debug builds check is the diff of the whole specs' serializations.
 fn checked(before: &PodSpec, after: &PodSpec, patch: json_patch::Patch) -> json_patch::Patch {
