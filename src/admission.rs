@@ -7,7 +7,6 @@ use base64::Engine as _;
 use json_patch::PatchOperation;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::config::Mode;
 use crate::engine::{Operation, Outcome, RawSubject, WholeObjects, document};
@@ -44,8 +43,9 @@ pub enum AdmissionError {
     TooDeep,
 }
 
-/// serde_json's nesting limit: a value nested deeper does not parse. The sketch skips most of
-/// an object unbuilt, so the objects' depth is checked as the body is decoded.
+/// serde_json's nesting limit: a value nested deeper does not parse. The objects' parts the
+/// sketch skips are counted too ([`document::sketch`]); a field of the request podmend does
+/// not read is skipped uncounted, as it always was.
 pub const MAX_DEPTH: usize = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
@@ -199,85 +199,11 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
     }
     let operation = Operation::parse(&inner.operation)
         .ok_or_else(|| AdmissionError::UnknownOperation(inner.operation.clone()))?;
-    if objects_too_deep(text) {
-        return Err(AdmissionError::TooDeep);
-    }
     Ok(Request {
         inner,
         operation,
         body: text,
     })
-}
-
-/// Whether an object of the review nests deeper than serde_json would build it (the sketch
-/// skips most of an object unbuilt, so its depth is checked here). A field the review does
-/// not read may nest deeper: it is skipped, as it always was. The objects sit two levels down
-/// (the review, its request), so a body within the limit has them within it too, and only a
-/// body past it is read again for where its depth is.
-fn objects_too_deep(body: &str) -> bool {
-    const OBJECT_LIMIT: usize = MAX_DEPTH - 1 - 2;
-    if nesting(body.as_bytes()) <= OBJECT_LIMIT + 2 {
-        return false;
-    }
-    #[derive(Deserialize)]
-    struct Review<'a> {
-        #[serde(default, borrow)]
-        request: Option<Objects<'a>>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Objects<'a> {
-        #[serde(default, borrow)]
-        object: Option<&'a RawValue>,
-        #[serde(default, borrow)]
-        old_object: Option<&'a RawValue>,
-    }
-    // The body decoded once already: it decodes again.
-    let Ok(Review {
-        request: Some(objects),
-    }) = serde_json::from_str::<Review<'_>>(body)
-    else {
-        return false;
-    };
-    [objects.object, objects.old_object]
-        .into_iter()
-        .flatten()
-        .any(|raw| nesting(raw.get().as_bytes()) > OBJECT_LIMIT)
-}
-
-/// How deeply arrays and objects nest in `json` (valid JSON: strings are skipped whole).
-/// Most of a Kubernetes object's bytes are inside strings, which are jumped with `memchr`.
-fn nesting(json: &[u8]) -> usize {
-    let (mut depth, mut deepest, mut at) = (0usize, 0usize, 0usize);
-    while let Some(&byte) = json.get(at) {
-        at += 1;
-        match byte {
-            b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            b'"' => at = past_string(json, at),
-            _ => {}
-        }
-    }
-    deepest
-}
-
-/// The index just past the closing quote of the string whose contents start at `at`.
-fn past_string(json: &[u8], mut at: usize) -> usize {
-    while let Some(found) = json
-        .get(at..)
-        .and_then(|rest| memchr::memchr2(b'"', b'\\', rest))
-    {
-        let index = at + found;
-        if json.get(index) == Some(&b'"') {
-            return index + 1;
-        }
-        // A backslash: the byte after it is escaped, whatever it is.
-        at = index + 2;
-    }
-    json.len()
 }
 
 /// Which webhook path answers: `/mutate` repairs and warns, `/validate` denies.
@@ -533,12 +459,6 @@ mod tests {
             nested(10_000)
         );
         assert!(decode(unread.as_bytes()).is_ok());
-        // Brackets inside strings are text, not nesting.
-        assert_eq!(nesting(br#"{"a":"[[[[\"{{","b":[1]}"#), 2);
-        // An escaped backslash ends right before the closing quote; escapes never end a string.
-        assert_eq!(nesting(br#"{"a":"x\\","b":[[1]],"c":"\\\"[["}"#), 3);
-        // A string cut short (never valid JSON by now) is counted without reading past it.
-        assert_eq!(nesting(br#"[{"a":"[[[\"#), 2);
     }
 
     /// A review whose object has a byte that is not UTF-8 in a field the sketch skips.

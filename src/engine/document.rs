@@ -170,9 +170,7 @@ impl<'de> Visitor<'de> for Shaped {
                     let value = access.next_value_seed(Shaped(shape))?;
                     map.insert(key.into_owned(), value);
                 }
-                None => {
-                    access.next_value::<IgnoredAny>()?;
-                }
+                None => access.next_value_seed(Skipped)?,
             }
         }
         Ok(Value::Object(map))
@@ -192,6 +190,55 @@ impl<'de> Visitor<'de> for Shaped {
     }
 
     scalars_as_values!();
+}
+
+/// A part of the object the sketch does not keep: read and dropped, but through serde_json's
+/// nesting count (its `IgnoredAny` does not count), so an object too deep to build is refused
+/// by the one read of the body whichever of its parts is deep.
+#[derive(Clone, Copy)]
+struct Skipped;
+
+impl<'de> DeserializeSeed<'de> for Skipped {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skipped {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<(), A::Error> {
+        while access.next_key_seed(Skipped)?.is_some() {
+            access.next_value_seed(Skipped)?;
+        }
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<(), A::Error> {
+        while access.next_element_seed(Skipped)?.is_some() {}
+        Ok(())
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
 }
 
 /// A map key, borrowed from the body unless it has escapes: most keys a sketch meets are
