@@ -1,7 +1,7 @@
 //! An object as the webhook receives it, read where it sits in the request's JSON, two ways:
 //!
 //! - [`sketch`]: a copy that holds only what deciding scope and the rules' `may_apply` read
-//!   (names, namespace, labels, annotations, owners; nodeName, each container's name, image,
+//!   (names, namespace, labels, podmend's annotations, owners; nodeName, each container's name, image,
 //!   command and args; hostPath volumes), for all the places a pod spec can be. Most reviews
 //!   end there, without the object ever being built: that is most of a review's cost.
 //! - [`parse`]: the whole object, without `metadata.managedFields` (the API server's record of
@@ -15,6 +15,8 @@ use std::borrow::Cow;
 use serde::Deserialize as _;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
+
+use super::{MIRROR_ANNOTATION, PODMEND_ANNOTATIONS};
 
 /// The whole object, without `metadata.managedFields`, read where it sits in a document (a
 /// request's `object`, through serde's `deserialize_with`); `null` is no object.
@@ -52,6 +54,22 @@ pub enum Shape {
     Fields(&'static [(&'static str, &'static Shape)]),
     /// Every item of an array, each with this shape.
     Items(&'static Shape),
+    /// The entries of an object whose keys pass, each whole; the others are skipped.
+    Entries(fn(&str) -> bool),
+}
+
+impl Shape {
+    /// The shape of an object's field `key`; `None` when the sketch skips it.
+    fn field(&self, key: &str) -> Option<&'static Shape> {
+        match self {
+            Shape::Fields(fields) => fields
+                .iter()
+                .find(|(name, _)| *name == key)
+                .map(|(_, shape)| *shape),
+            Shape::Entries(keep) => keep(key).then_some(&ALL),
+            Shape::All | Shape::Items(_) => Some(&ALL),
+        }
+    }
 }
 
 static ALL: Shape = Shape::All;
@@ -76,8 +94,17 @@ static POD_SPEC: Shape = Shape::Fields(&[
     ("volumes", &VOLUMES),
 ]);
 
+/// The annotations scope and `may_apply` read: podmend's own, and the mirror pod's. The others
+/// are skipped: kubectl's `last-applied-configuration` alone is often the largest part of an
+/// object.
+static ANNOTATIONS: Shape = Shape::Entries(read_by_rules);
+
+fn read_by_rules(annotation: &str) -> bool {
+    annotation.starts_with(PODMEND_ANNOTATIONS) || annotation == MIRROR_ANNOTATION
+}
+
 /// A template: the labels and annotations it gives its pods, and their spec.
-static TEMPLATE_METADATA: Shape = Shape::Fields(&[("labels", &ALL), ("annotations", &ALL)]);
+static TEMPLATE_METADATA: Shape = Shape::Fields(&[("labels", &ALL), ("annotations", &ANNOTATIONS)]);
 static TEMPLATE: Shape = Shape::Fields(&[("metadata", &TEMPLATE_METADATA), ("spec", &POD_SPEC)]);
 static JOB_SPEC: Shape = Shape::Fields(&[("template", &TEMPLATE)]);
 static JOB_TEMPLATE: Shape = Shape::Fields(&[("spec", &JOB_SPEC)]);
@@ -98,7 +125,7 @@ static METADATA: Shape = Shape::Fields(&[
     ("generateName", &ALL),
     ("namespace", &ALL),
     ("labels", &ALL),
-    ("annotations", &ALL),
+    ("annotations", &ANNOTATIONS),
     ("ownerReferences", &ALL),
 ]);
 
@@ -159,14 +186,14 @@ impl<'de> Visitor<'de> for Shaped {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        let Shape::Fields(fields) = self.0 else {
+        if let Shape::Items(_) | Shape::All = self.0 {
             // A map where items were expected: kept whole, as the whole object has it.
             return ValueVisitor.visit_map(access);
-        };
+        }
         let mut map = Map::new();
         while let Some(key) = access.next_key_seed(Key)? {
-            match fields.iter().find(|(name, _)| *name == key) {
-                Some((_, shape)) => {
+            match self.0.field(&key) {
+                Some(shape) => {
                     let value = access.next_value_seed(Shaped(shape))?;
                     map.insert(key.into_owned(), value);
                 }
@@ -370,7 +397,8 @@ mod tests {
         let pod = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"},
-                "annotations": {"x": "y"}, "ownerReferences": [{"kind": "ReplicaSet"}],
+                "annotations": {"x": "y", "podmend.io/skip": "all"},
+                "ownerReferences": [{"kind": "ReplicaSet"}],
                 "managedFields": [{"manager": "kubectl"}], "uid": "u"},
             "spec": {"nodeName": "n1", "serviceAccountName": "sa",
                 "containers": [{"name": "app", "image": "busybox", "command": ["sh"],
@@ -382,13 +410,30 @@ mod tests {
             sketched(&pod.to_string()),
             json!({
                 "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"},
-                    "annotations": {"x": "y"}, "ownerReferences": [{"kind": "ReplicaSet"}]},
+                    "annotations": {"podmend.io/skip": "all"},
+                    "ownerReferences": [{"kind": "ReplicaSet"}]},
                 "spec": {"nodeName": "n1",
                     "containers": [{"name": "app", "image": "busybox", "command": ["sh"],
                         "args": ["-c", "true"]}],
                     "volumes": [{"name": "sock", "hostPath": {"path": "/var/run/docker.sock"}}]}
             })
         );
+    }
+
+    #[test]
+    fn a_sketch_keeps_every_annotation_scope_and_the_rules_read() {
+        for read in [
+            super::super::SKIP_ANNOTATION,
+            MIRROR_ANNOTATION,
+            crate::rules::agent_requests::AGENT_ANNOTATION,
+            crate::dind::POLICY_ANNOTATION,
+        ] {
+            let pod = json!({"metadata": {"annotations": {read: "v", "other": "w"}},
+                "spec": {"template": {"metadata": {"annotations": {read: "v", "other": "w"}}}}});
+            let kept = json!({"metadata": {"annotations": {read: "v"}},
+                "spec": {"template": {"metadata": {"annotations": {read: "v"}}}}});
+            assert_eq!(sketched(&pod.to_string()), kept, "{read}");
+        }
     }
 
     #[test]
@@ -431,6 +476,7 @@ mod tests {
             json!({"spec": {"containers": {"name": "not a list"}}}),
             json!({"spec": {"volumes": ["not a map"]}}),
             json!({"metadata": "not a map"}),
+            json!({"metadata": {"annotations": ["not a map"]}}),
             json!(["not", "an", "object"]),
             json!("a string"),
         ] {

@@ -44,6 +44,8 @@ use scope::Route;
 
 /// Lists rules (or `all`) podmend must leave alone on this object.
 pub const SKIP_ANNOTATION: &str = "podmend.io/skip";
+/// What podmend's own annotations start with: the only ones a rule's `may_apply` reads.
+pub const PODMEND_ANNOTATIONS: &str = "podmend.io/";
 /// Records which rules changed the object.
 pub const MUTATED_ANNOTATION: &str = "podmend.io/mutated";
 /// Marks a mirror (static) pod, created by a kubelet with nodeName already set.
