@@ -471,6 +471,16 @@ mod tests {
     }
 
     #[test]
+    fn a_map_keyed_like_a_serde_json_raw_value_is_an_ordinary_map() {
+        // With serde_json's `raw_value` feature (axum's default `json` feature turns it on),
+        // `Value` reads such a map as the JSON in its string, with a fresh nesting count: a
+        // body could then nest past the limit unrefused. The feature stays off.
+        let object = json!({"metadata": {"labels": {"$serde_json::private::RawValue": "[[1]]"}}});
+        assert_eq!(sketched(&object.to_string()), object);
+        assert_eq!(parsed(&object.to_string()), object);
+    }
+
+    #[test]
     fn a_sketch_keeps_whole_what_has_an_unexpected_type() {
         for object in [
             json!({"spec": {"containers": {"name": "not a list"}}}),

@@ -151,7 +151,8 @@ pub enum Skip {
     NoPodSpec,
     /// The pod spec does not decode (the API server will reject it anyway).
     UndecodablePodSpec(Box<str>),
-    /// The object is not JSON podmend can read (nested too deep).
+    /// Reading the whole object failed although the request decoded. `admission::decode`
+    /// refuses what would fail here (too deep, not UTF-8, not JSON): a safety net.
     UnreadableObject(Box<str>),
 }
 
