@@ -20,7 +20,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, run, text, wait_with_timeout};
@@ -809,11 +809,17 @@ fn a_daemon_restarted_mid_stream_ends_the_streams_with_errors_and_later_requests
     let run_id = unique("restart");
     let mut guard = start_guard(&daemon.host(), &run_id, "rm");
 
-    // Three clients in the middle of streams through the guard.
+    // Three clients in the middle of streams through the guard. The events stream starts a
+    // second back, so the create below is in it even if it lands before the stream is open
+    // (a loaded machine starts the two clients in either order).
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |now| now.as_secs().saturating_sub(1));
     let events = Streaming::spawn(
         guard
             .docker()
-            .args(["events", "--filter", "type=container", "--format"])
+            .args(["events", "--since", &since.to_string()])
+            .args(["--filter", "type=container", "--format"])
             .arg("{{.Action}} {{.Actor.Attributes.name}}"),
         false,
     );
