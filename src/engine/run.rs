@@ -82,17 +82,19 @@ pub(super) fn run(
         findings: Vec::new(),
     };
     for (rule, mode) in active {
-        // A rule that only warns parts the states when it changes something: until they have
-        // parted, what came before it is kept for the applied state.
-        let before_parting =
-            (ran.applied.is_none() && mode != Mode::Enforce).then(|| ran.repaired.spec.clone());
-        // The spec before this rule: the original one until a rule has found something.
-        let before = ran.repaired.touched.then(|| ran.repaired.spec.clone());
+        // The spec before this rule, copied only when needed: to diff against once a rule has
+        // found something (until then it is the original), and, while the states are one, for
+        // the applied state if this rule only warns and changes something (it parts them).
+        let may_part = ran.applied.is_none() && mode != Mode::Enforce;
+        let before = (ran.repaired.touched || may_part).then(|| ran.repaired.spec.clone());
         let messages = rule.repair(&mut ran.repaired.spec, &scope.meta, &cx);
-        let before = before.as_ref().unwrap_or(&ran.original);
         let patch = prefixed(
             &ran.spec_pointer,
-            spec_diff::step(before, &ran.repaired.spec, &mut ran.seen),
+            spec_diff::step(
+                before.as_ref().unwrap_or(&ran.original),
+                &ran.repaired.spec,
+                &mut ran.seen,
+            ),
         );
         if messages.is_empty() && patch.is_empty() {
             continue;
@@ -107,7 +109,7 @@ pub(super) fn run(
                 }
                 // A rule that only warns changed something: the states part here.
                 (None, mode) if mode != Mode::Enforce => {
-                    ran.applied = before_parting.map(|spec| State {
+                    ran.applied = before.map(|spec| State {
                         spec,
                         touched: touched_before,
                     });
