@@ -15,6 +15,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 use super::tls;
+use super::workers::Workers;
 use crate::metrics::Metrics;
 
 /// A client that has not finished its TLS handshake or request headers by then is dropped.
@@ -47,9 +48,10 @@ impl Protocols {
     }
 }
 
-/// Accepts TLS connections and serves HTTP/1.1 or HTTP/2 on each until told to stop, then
-/// waits (bounded) for the open connections to finish their requests. Connections that fail
-/// before or at the HTTP level are counted by reason in `metrics`.
+/// Accepts connections and hands each to a worker, which serves TLS and HTTP/1.1 or HTTP/2
+/// on it, until told to stop; then waits (bounded) for the open connections to finish their
+/// requests, and stops the workers. Connections that fail before or at the HTTP level are
+/// counted by reason in `metrics`.
 pub(super) async fn accept_loop(
     listener: TcpListener,
     acceptor: TlsAcceptor,
@@ -57,6 +59,7 @@ pub(super) async fn accept_loop(
     metrics: Arc<Metrics>,
     mut stop: tokio::sync::watch::Receiver<bool>,
     drain_timeout: Duration,
+    mut workers: Workers,
 ) {
     let protocols = Protocols::new();
     let graceful = GracefulShutdown::new();
@@ -72,6 +75,14 @@ pub(super) async fn accept_loop(
             _ = stop.wait_for(|stopped| *stopped) => break,
         };
         let _ = tcp.set_nodelay(true);
+        // Registered again with the reactor of the worker that serves it.
+        let tcp = match tcp.into_std() {
+            Ok(tcp) => tcp,
+            Err(error) => {
+                tracing::warn!(%peer, "cannot hand the connection to a worker: {error}");
+                continue;
+            }
+        };
         let connection = Connection {
             peer,
             app: app.clone(),
@@ -80,7 +91,14 @@ pub(super) async fn accept_loop(
             watcher: graceful.watcher(),
         };
         let acceptor = acceptor.clone();
-        tokio::spawn(async move {
+        workers.spawn(async move {
+            let tcp = match TcpStream::from_std(tcp) {
+                Ok(tcp) => tcp,
+                Err(error) => {
+                    tracing::warn!(%peer, "cannot serve the connection: {error}");
+                    return;
+                }
+            };
             if let Some(tls) = connection.start_tls(tcp, &acceptor).await {
                 connection.serve_http(tls).await;
             }
@@ -93,6 +111,7 @@ pub(super) async fn accept_loop(
     {
         tracing::warn!("connections still open after {drain_timeout:?}; closing them");
     }
+    workers.stop().await;
 }
 
 /// One accepted connection and what serving it needs.

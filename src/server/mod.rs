@@ -13,6 +13,7 @@ pub mod paths;
 mod reload;
 pub mod selftls;
 pub mod tls;
+mod workers;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -54,6 +55,11 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "cannot start the webhook's worker threads: {0}; raise the process's thread limit \
+         (ulimit -u, or the container's pids limit)"
+    )]
+    Workers(#[source] std::io::Error),
 }
 
 /// Everything `podmend serve` is told on its command line.
@@ -212,8 +218,10 @@ pub async fn serve(
     let renewals =
         self_tls.map(|self_tls| reload::spawn_renewals(self_tls, certs.clone(), state.clone()));
 
+    let workers = workers::Workers::per_core().map_err(ServeError::Workers)?;
     tracing::info!(
         webhook = %options.listen,
+        workers = workers.count(),
         metrics = %options.metrics_listen,
         config = %options.config.as_ref().map_or("built-in defaults".to_string(), |p| p.display().to_string()),
         "podmend serving"
@@ -226,6 +234,7 @@ pub async fn serve(
         state.metrics.clone(),
         stop_rx,
         options.shutdown_timeout,
+        workers,
     ));
 
     shutdown.await;
