@@ -90,19 +90,7 @@ pub(super) async fn accept_loop(
             metrics: metrics.clone(),
             watcher: graceful.watcher(),
         };
-        let acceptor = acceptor.clone();
-        workers.spawn(async move {
-            let tcp = match TcpStream::from_std(tcp) {
-                Ok(tcp) => tcp,
-                Err(error) => {
-                    tracing::warn!(%peer, "cannot serve the connection: {error}");
-                    return;
-                }
-            };
-            if let Some(tls) = connection.start_tls(tcp, &acceptor).await {
-                connection.serve_http(tls).await;
-            }
-        });
+        workers.spawn(connection.serve(tcp, acceptor.clone()));
     }
     drop(listener);
     if tokio::time::timeout(drain_timeout, graceful.shutdown())
@@ -124,6 +112,20 @@ struct Connection {
 }
 
 impl Connection {
+    /// Serves the connection to its end, on the runtime that first polls this: a worker's.
+    async fn serve(self, tcp: std::net::TcpStream, acceptor: TlsAcceptor) {
+        let tcp = match TcpStream::from_std(tcp) {
+            Ok(tcp) => tcp,
+            Err(error) => {
+                tracing::warn!(peer = %self.peer, "cannot serve the connection: {error}");
+                return;
+            }
+        };
+        if let Some(tls) = self.start_tls(tcp, &acceptor).await {
+            self.serve_http(tls).await;
+        }
+    }
+
     /// The TLS handshake, within [`HANDSHAKE_TIMEOUT`]; `None` (counted) when the connection
     /// ends there.
     async fn start_tls(

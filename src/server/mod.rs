@@ -219,13 +219,7 @@ pub async fn serve(
         self_tls.map(|self_tls| reload::spawn_renewals(self_tls, certs.clone(), state.clone()));
 
     let workers = workers::Workers::per_core().map_err(ServeError::Workers)?;
-    tracing::info!(
-        webhook = %options.listen,
-        workers = workers.count(),
-        metrics = %options.metrics_listen,
-        config = %options.config.as_ref().map_or("built-in defaults".to_string(), |p| p.display().to_string()),
-        "podmend serving"
-    );
+    log_serving(&options, workers.count());
     let reloads = tokio::spawn(reload::reload_loop(state.clone(), certs, options.clone()));
     let webhook = tokio::spawn(listener::accept_loop(
         webhook_listener,
@@ -247,6 +241,17 @@ pub async fn serve(
     reloads.abort();
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The line that says `serve` is up, and where.
+fn log_serving(options: &ServeOptions, workers: usize) {
+    tracing::info!(
+        webhook = %options.listen,
+        workers,
+        metrics = %options.metrics_listen,
+        config = %options.config.as_ref().map_or("built-in defaults".to_string(), |p| p.display().to_string()),
+        "podmend serving"
+    );
 }
 
 /// Loads the serving certificate and the TLS configuration that serves it; from then on
