@@ -97,6 +97,19 @@ fn deep_object_review(depth: usize) -> Vec<u8> {
     format!("{envelope}{request}{}}}}}}}", nested_arrays(depth)).into_bytes()
 }
 
+/// The typical review, its object's `metadata.managedFields` nesting `depth` arrays.
+fn deep_managed_fields_review(depth: usize) -> Vec<u8> {
+    let body = String::from_utf8(review_bytes(&good_review())).expect("a review is UTF-8");
+    let metadata = r#""metadata":{"#;
+    let at = body.find(metadata).expect("the object has metadata") + metadata.len();
+    let (before, after) = body.split_at(at);
+    format!(
+        r#"{before}"managedFields":{},{after}"#,
+        nested_arrays(depth)
+    )
+    .into_bytes()
+}
+
 fn huge_container_name() -> Vec<u8> {
     edited(|r| r["request"]["object"]["spec"]["containers"][0]["name"] = json!("c".repeat(2 * MIB)))
 }
@@ -256,6 +269,15 @@ fn catalog() -> Vec<Case> {
                 body.extend_from_slice(format!(r#","x":{}}}"#, nested_arrays(100_000)).as_bytes());
                 body
             },
+            200,
+            "\"allowed\":true",
+            admitted.clone(),
+        ),
+        // No path builds managedFields (the whole parse drops it unread), so not refused.
+        post(
+            "deeply nested JSON in the object's managedFields",
+            json,
+            deep_managed_fields_review(100_000),
             200,
             "\"allowed\":true",
             admitted.clone(),

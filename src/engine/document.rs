@@ -56,6 +56,10 @@ pub enum Shape {
     Items(&'static Shape),
     /// The entries of an object whose keys pass, each whole; the others are skipped.
     Entries(fn(&str) -> bool),
+    /// Passed over unbuilt and uncounted, as [`parse`] passes over it: `metadata.managedFields`,
+    /// which no path of podmend builds. serde_json passes over it without recursing, so its
+    /// nesting cannot overflow the stack; counting it refused what the whole parse accepts.
+    Dropped,
 }
 
 impl Shape {
@@ -68,11 +72,13 @@ impl Shape {
                 .map(|(_, shape)| *shape),
             Shape::Entries(keep) => keep(key).then_some(&ALL),
             Shape::All | Shape::Items(_) => Some(&ALL),
+            Shape::Dropped => None,
         }
     }
 }
 
 static ALL: Shape = Shape::All;
+static DROPPED: Shape = Shape::Dropped;
 
 /// What a container shows before a rule decides to look closer.
 static CONTAINER: Shape = Shape::Fields(&[
@@ -127,6 +133,7 @@ static METADATA: Shape = Shape::Fields(&[
     ("labels", &ALL),
     ("annotations", &ANNOTATIONS),
     ("ownerReferences", &ALL),
+    ("managedFields", &DROPPED),
 ]);
 
 /// The object: its metadata, its spec, and a PodTemplate's top-level `template`.
@@ -193,6 +200,9 @@ impl<'de> Visitor<'de> for Shaped {
         let mut map = Map::new();
         while let Some(key) = access.next_key_seed(Key)? {
             match self.0.field(&key) {
+                Some(Shape::Dropped) => {
+                    access.next_value::<IgnoredAny>()?;
+                }
                 Some(shape) => {
                     let value = access.next_value_seed(Shaped(shape))?;
                     map.insert(key.into_owned(), value);
@@ -221,7 +231,8 @@ impl<'de> Visitor<'de> for Shaped {
 
 /// A part of the object the sketch does not keep: read and dropped, but through serde_json's
 /// nesting count (its `IgnoredAny` does not count), so an object too deep to build is refused
-/// by the one read of the body whichever of its parts is deep.
+/// by the one read of the body whichever of its parts is deep (but `managedFields`, which no
+/// path builds: [`Shape::Dropped`]).
 #[derive(Clone, Copy)]
 struct Skipped;
 
