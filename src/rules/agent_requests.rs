@@ -74,6 +74,28 @@ impl Rule for AgentRequests {
         if !self.is_agent(meta) {
             return Vec::new();
         }
+        // Debug builds (every unit, property, fixture and fuzz run) check that the repair
+        // touches only the parts it compares and restores.
+        #[cfg(debug_assertions)]
+        let before = spec.clone();
+        let messages = self.repair_agent(spec, cx);
+        #[cfg(debug_assertions)]
+        {
+            let mut expected = before;
+            restore_repaired_parts(&mut expected, spec);
+            debug_assert!(
+                expected == *spec,
+                "agent-requests changed a part of the pod spec it neither compares nor restores"
+            );
+        }
+        messages
+    }
+}
+
+impl AgentRequests {
+    /// The repair of an agent pod: its containers' and its own requests, within the
+    /// namespace's LimitRanges.
+    fn repair_agent(&self, spec: &mut PodSpec, cx: &RuleContext<'_>) -> Vec<String> {
         let (container_ranges, pod_ranges): (Vec<LimitRangeItem>, Vec<LimitRangeItem>) = cx
             .cluster
             .limit_range_items(cx.namespace)
@@ -81,7 +103,7 @@ impl Rule for AgentRequests {
             .filter(|item| item.type_ == "Container" || item.type_ == "Pod")
             .partition(|item| item.type_ == "Container");
         // Zeroing then meeting a Pod LimitRange can land where it started: compare at the end.
-        let original = spec.clone();
+        let original = repaired_parts(spec);
         let mut resources: Vec<&str> = self.config.resources.iter().map(String::as_str).collect();
         loop {
             let ranges = (&container_ranges[..], &pod_ranges[..]);
@@ -98,19 +120,17 @@ impl Rule for AgentRequests {
                 })
                 .collect();
             if unmet.is_empty() {
-                return if *spec == original {
+                return if repaired_parts_equal(spec, &original) {
                     Vec::new()
                 } else {
                     changed.messages()
                 };
             }
-            spec.clone_from(&original);
+            restore_repaired_parts(spec, &original);
             resources.retain(|name| !unmet.contains(name));
         }
     }
-}
 
-impl AgentRequests {
     /// Every step of the repair, for these resources.
     fn repair_resources(
         &self,
@@ -517,6 +537,30 @@ fn container_limit(container: &Container, name: &str) -> Milli {
         .and_then(|r| r.limits.as_ref()?.get(name))
         .and_then(|q| quantity::parse_milli(&q.0))
         .unwrap_or(0)
+}
+
+/// A pod spec with only the parts this rule repairs (containers, init containers, pod-level
+/// resources), the rest left default: what the repair compares with and goes back to.
+/// Copying the whole spec copied every volume too, for nothing.
+fn repaired_parts(spec: &PodSpec) -> PodSpec {
+    PodSpec {
+        containers: spec.containers.clone(),
+        init_containers: spec.init_containers.clone(),
+        resources: spec.resources.clone(),
+        ..PodSpec::default()
+    }
+}
+
+fn repaired_parts_equal(spec: &PodSpec, original: &PodSpec) -> bool {
+    spec.containers == original.containers
+        && spec.init_containers == original.init_containers
+        && spec.resources == original.resources
+}
+
+fn restore_repaired_parts(spec: &mut PodSpec, original: &PodSpec) {
+    spec.containers.clone_from(&original.containers);
+    spec.init_containers.clone_from(&original.init_containers);
+    spec.resources.clone_from(&original.resources);
 }
 
 /// Whether the containers' aggregate request of `name` is below a `type: Pod` LimitRange's
