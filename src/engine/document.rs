@@ -80,6 +80,9 @@ impl Shape {
 static ALL: Shape = Shape::All;
 static DROPPED: Shape = Shape::Dropped;
 
+/// The field of an object's metadata both reads leave out unbuilt.
+const MANAGED_FIELDS: &str = "managedFields";
+
 /// What a container shows before a rule decides to look closer.
 static CONTAINER: Shape = Shape::Fields(&[
     ("name", &ALL),
@@ -133,7 +136,7 @@ static METADATA: Shape = Shape::Fields(&[
     ("labels", &ALL),
     ("annotations", &ANNOTATIONS),
     ("ownerReferences", &ALL),
-    ("managedFields", &DROPPED),
+    (MANAGED_FIELDS, &DROPPED),
 ]);
 
 /// The object: its metadata, its spec, and a PodTemplate's top-level `template`.
@@ -349,7 +352,7 @@ impl<'de> Visitor<'de> for Pruned {
         let mut map = Map::new();
         while let Some(key) = access.next_key::<String>()? {
             let value = match (self.0, key.as_str()) {
-                (Level::Metadata, "managedFields") => {
+                (Level::Metadata, MANAGED_FIELDS) => {
                     access.next_value::<IgnoredAny>()?;
                     continue;
                 }

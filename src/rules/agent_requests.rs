@@ -103,7 +103,7 @@ impl AgentRequests {
             .filter(|item| item.type_ == "Container" || item.type_ == "Pod")
             .partition(|item| item.type_ == "Container");
         // Zeroing then meeting a Pod LimitRange can land where it started: compare at the end.
-        let original = repaired_parts(spec);
+        let original = copy_of_repaired_parts(spec);
         let mut resources: Vec<&str> = self.config.resources.iter().map(String::as_str).collect();
         loop {
             let ranges = (&container_ranges[..], &pod_ranges[..]);
@@ -120,7 +120,7 @@ impl AgentRequests {
                 })
                 .collect();
             if unmet.is_empty() {
-                return if repaired_parts_equal(spec, &original) {
+                return if repaired_parts(spec) == repaired_parts(&original) {
                     Vec::new()
                 } else {
                     changed.messages()
@@ -539,28 +539,32 @@ fn container_limit(container: &Container, name: &str) -> Milli {
         .unwrap_or(0)
 }
 
-/// A pod spec with only the parts this rule repairs (containers, init containers, pod-level
-/// resources), the rest left default: what the repair compares with and goes back to.
-/// Copying the whole spec copied every volume too, for nothing.
-fn repaired_parts(spec: &PodSpec) -> PodSpec {
-    PodSpec {
-        containers: spec.containers.clone(),
-        init_containers: spec.init_containers.clone(),
-        resources: spec.resources.clone(),
-        ..PodSpec::default()
-    }
+/// The parts of a pod spec this rule repairs: containers, init containers, pod-level
+/// resources. The repair compares and restores these only; debug builds check it changes
+/// nothing else.
+type RepairedParts<'a> = (
+    &'a Vec<Container>,
+    &'a Option<Vec<Container>>,
+    &'a Option<ResourceRequirements>,
+);
+
+fn repaired_parts(spec: &PodSpec) -> RepairedParts<'_> {
+    (&spec.containers, &spec.init_containers, &spec.resources)
 }
 
-fn repaired_parts_equal(spec: &PodSpec, original: &PodSpec) -> bool {
-    spec.containers == original.containers
-        && spec.init_containers == original.init_containers
-        && spec.resources == original.resources
-}
-
+/// Puts `original`'s repaired parts back into `spec`.
 fn restore_repaired_parts(spec: &mut PodSpec, original: &PodSpec) {
     spec.containers.clone_from(&original.containers);
     spec.init_containers.clone_from(&original.init_containers);
     spec.resources.clone_from(&original.resources);
+}
+
+/// A pod spec with only `spec`'s repaired parts, the rest left default: what the repair
+/// compares with and goes back to. Copying the whole spec copied every volume too.
+fn copy_of_repaired_parts(spec: &PodSpec) -> PodSpec {
+    let mut copy = PodSpec::default();
+    restore_repaired_parts(&mut copy, spec);
+    copy
 }
 
 /// Whether the containers' aggregate request of `name` is below a `type: Pod` LimitRange's

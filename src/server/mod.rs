@@ -56,8 +56,9 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error(
-        "cannot start the webhook's worker threads: {0}; raise the process's thread limit \
-         (ulimit -u, or the container's pids limit)"
+        "cannot start the webhook's worker threads (one thread and event loop per CPU the \
+         process may use): {0}; raise the process's thread and open-file limits (ulimit -u, \
+         ulimit -n, or the container's pids limit), or give it fewer CPUs"
     )]
     Workers(#[source] std::io::Error),
 }

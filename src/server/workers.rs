@@ -103,6 +103,9 @@ mod tests {
 
     use super::*;
 
+    /// Long enough for any loaded machine; a job that never runs fails the test, not hangs it.
+    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
     /// Where each of `jobs` jobs ran, as thread names, in the order they were handed over.
     async fn run_on(workers: &mut Workers, jobs: usize) -> Vec<String> {
         let ran = Arc::new(Mutex::new(vec![String::new(); jobs]));
@@ -119,7 +122,9 @@ mod tests {
             });
         }
         for _ in 0..jobs {
-            finished.recv().await.expect("every job finishes");
+            let done = tokio::time::timeout(PATIENCE, finished.recv()).await;
+            done.expect("every job runs in time")
+                .expect("every job finishes");
         }
         ran.lock().unwrap().clone()
     }
@@ -154,9 +159,13 @@ mod tests {
             let _ = started_tx.send(());
             std::future::pending::<()>().await;
         });
-        started_rx.await.expect("the job starts");
+        let started = tokio::time::timeout(PATIENCE, started_rx).await;
+        started
+            .expect("the job starts in time")
+            .expect("the job starts");
         workers.stop().await;
         // The job's future was dropped with its worker's runtime, and with it the sender.
-        assert!(dropped_rx.await.is_err());
+        let dropped = tokio::time::timeout(PATIENCE, dropped_rx).await;
+        assert!(dropped.expect("the job is cancelled").is_err());
     }
 }
