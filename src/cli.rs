@@ -174,6 +174,7 @@ impl ServeArgs {
             self_tls,
             benchmark_null_route: self.benchmark_null_route,
             client_ca: self.client_ca,
+            after_cache_list: || {},
         })
     }
 }

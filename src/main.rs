@@ -12,6 +12,7 @@ use podmend::cli::{
 };
 use podmend::config::{Config, DEFAULT_CONFIG_YAML};
 use podmend::guard::{self, GuardOptions};
+use podmend::server::ServeOptions;
 use podmend::telemetry::LogWriter;
 use podmend::{audit, certs, server, storms, telemetry};
 
@@ -21,20 +22,37 @@ use podmend::{audit, certs, server, storms, telemetry};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Gives memory back to the system as soon as it is free, as glibc does. mimalloc keeps it a
-/// second by default, and for that second `serve` holds what listing 5,000 Nodes took (50
-/// MiB instead of 30) and `audit --cluster` a page's worth more (BENCHMARKS.md, issue 17);
-/// the webhook's steady state mostly reuses its pages. Mostly: in some runs a repair frees and
-/// takes back a page on every request (one page fault per review, a third more CPU), which a
-/// delay of a few milliseconds avoids for a few more MiB; `MIMALLOC_PURGE_DELAY` in the
-/// environment is left to choose that (BENCHMARKS.md, "the repair's two speeds").
-fn return_free_memory_at_once() {
+/// When mimalloc gives freed memory back to the system, per command. The batch commands give
+/// it back at once, as glibc does: mimalloc's default keeps it a second, and `audit --cluster`
+/// would hold a page of pods more. `serve` keeps it a few milliseconds: given back at once, a
+/// page that a repair frees at the end of each request is faulted back in by the next (two
+/// `madvise` calls and two page faults per repair, a quarter more CPU on one core;
+/// BENCHMARKS.md). What listing the cluster took, `serve` gives back right after each list
+/// ([`give_back_freed_memory`]). `MIMALLOC_PURGE_DELAY` in the environment overrides both.
+fn set_purge_delay(command: &Command) {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
         return; // the operator's choice, which mimalloc has read
     }
+    let milliseconds = match command {
+        Command::Serve(_) => SERVE_PURGE_DELAY_MS,
+        _ => 0,
+    };
     // SAFETY: stores an integer in mimalloc's option table, which mimalloc reads each time it
     // considers giving pages back; no thread is running yet.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, milliseconds) };
+}
+
+/// `serve`'s purge delay: long enough that a page freed at the end of one review is still
+/// there for the next (1 ms left a tenth of the faults, 10 ms none; BENCHMARKS.md).
+const SERVE_PURGE_DELAY_MS: std::ffi::c_long = 10;
+
+/// Gives back at once what is free, whatever the purge delay: `serve` calls it after each list
+/// of the cluster, whose pages and old table it has just freed (20 MiB for 5,000 real-shaped
+/// Nodes).
+fn give_back_freed_memory() {
+    // SAFETY: mimalloc's collection is safe from any thread: it collects the caller's own
+    // heap, and purges the shared arenas one thread at a time.
+    unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
 /// `mi_option_purge_delay` in mimalloc.h's `mi_option_e` (the same in v2 and v3), which
@@ -42,8 +60,8 @@ fn return_free_memory_at_once() {
 const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 fn main() -> ExitCode {
-    return_free_memory_at_once();
     let cli = Cli::parse();
+    set_purge_delay(&cli.command);
     // Only `serve` logs a line per request; the others write each line as it comes.
     let writer = match cli.command {
         Command::Serve(_) => LogWriter::Batched,
@@ -89,7 +107,10 @@ fn success_if(succeeded: bool) -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let options = args.options()?;
+    let options = ServeOptions {
+        after_cache_list: give_back_freed_memory,
+        ..args.options()?
+    };
     runtime()?.block_on(server::serve(options, shutdown_signal()))?;
     Ok(ExitCode::SUCCESS)
 }
@@ -195,23 +216,50 @@ async fn shutdown_signal() {
 mod tests {
     use super::*;
 
+    /// mimalloc's option table is plain memory: the tests that write or read it take turns.
+    static OPTIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
-    fn the_purge_delay_option_is_the_one_set_to_give_memory_back_at_once() {
-        // SAFETY: reads and sets integers in mimalloc's option table.
-        let (default, set) = unsafe {
+    fn serve_keeps_freed_pages_a_few_milliseconds_and_the_batch_commands_none() {
+        let _turn = OPTIONS.lock().unwrap_or_else(|e| e.into_inner());
+        let serve = Cli::parse_from(["podmend", "serve"]).command;
+        let audit = Cli::parse_from(["podmend", "audit", "pod.yaml"]).command;
+        // SAFETY: reads and sets integers in mimalloc's option table (this test alone).
+        let (default, for_serve, for_audit) = unsafe {
             let default = libmimalloc_sys::mi_option_get(PURGE_DELAY);
-            return_free_memory_at_once();
-            (default, libmimalloc_sys::mi_option_get(PURGE_DELAY))
+            set_purge_delay(&serve);
+            let for_serve = libmimalloc_sys::mi_option_get(PURGE_DELAY);
+            set_purge_delay(&audit);
+            (
+                default,
+                for_serve,
+                libmimalloc_sys::mi_option_get(PURGE_DELAY),
+            )
         };
-        // 1,000 ms is mimalloc 3's default purge delay, and no other option's default.
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+            // 1,000 ms is mimalloc 3's default purge delay, and no other option's default.
             assert_eq!(
                 default, 1000,
                 "option {PURGE_DELAY} is not mimalloc's purge delay"
             );
-            assert_eq!(set, 0);
+            assert_eq!((for_serve, for_audit), (SERVE_PURGE_DELAY_MS, 0));
         } else {
-            assert_eq!(set, default, "the environment's delay is kept");
+            assert_eq!(
+                (for_serve, for_audit),
+                (default, default),
+                "the environment's delay is kept"
+            );
+        }
+    }
+
+    #[test]
+    fn giving_back_freed_memory_can_run_on_any_thread() {
+        let _turn = OPTIONS.lock().unwrap_or_else(|e| e.into_inner());
+        let threads: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| (0..100).for_each(|_| give_back_freed_memory())))
+            .collect();
+        for thread in threads {
+            assert!(thread.join().is_ok());
         }
     }
 }

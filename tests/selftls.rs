@@ -429,6 +429,7 @@ async fn server_keeps_answering_while_its_certificate_is_replaced() {
         self_tls: Some(tls),
         benchmark_null_route: false,
         client_ca: None,
+        after_cache_list: || {},
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(server::serve(serve_options, async move {

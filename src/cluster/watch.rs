@@ -178,9 +178,9 @@ impl CacheReadiness {
 }
 
 /// Starts watchers of every Node and every LimitRange on the current tokio runtime, with
-/// [`DEFAULT_STALE_AFTER`]; see [`start_with`].
+/// [`DEFAULT_STALE_AFTER`] and nothing to do after a list; see [`start_with`].
 pub fn start(client: Client) -> (Arc<WatchedCluster>, CacheReadiness) {
-    start_with(client, DEFAULT_STALE_AFTER)
+    start_with(client, DEFAULT_STALE_AFTER, || {})
 }
 
 /// Starts watchers of every Node and every LimitRange on the current tokio runtime.
@@ -190,7 +190,14 @@ pub fn start(client: Client) -> (Arc<WatchedCluster>, CacheReadiness) {
 /// backoff and logged at warn; if it keeps failing for `stale_after`, readiness turns false
 /// until the API server answers again. Outside a tokio runtime nothing is started and the
 /// caches never get ready. The watchers stop when the returned [`WatchedCluster`] is dropped.
-pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>, CacheReadiness) {
+///
+/// `after_list` runs after every complete list (the first and each relist), once the table it
+/// replaced and the pages it read are freed: the moment to give that memory back.
+pub fn start_with(
+    client: Client,
+    stale_after: Duration,
+    after_list: fn(),
+) -> (Arc<WatchedCluster>, CacheReadiness) {
     let nodes = Arc::new(Projection::<NodeTable>::default());
     let limit_ranges = Arc::new(Projection::<LimitRangeTable>::default());
     let readiness = CacheReadiness::new(stale_after);
@@ -217,6 +224,7 @@ pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>
                 nodes,
                 readiness.nodes.clone(),
                 "nodes",
+                after_list,
             ))
             .abort_handle(),
         runtime
@@ -226,6 +234,7 @@ pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>
                 limit_ranges,
                 readiness.limit_ranges.clone(),
                 "limitranges",
+                after_list,
             ))
             .abort_handle(),
     ];
@@ -236,16 +245,17 @@ pub fn start_with(client: Client, stale_after: Duration) -> (Arc<WatchedCluster>
 const LIST_PAGE_SIZE: u32 = 100;
 
 /// Polls a watcher stream forever, applying its events to `table`, marking `health` synced at
-/// the first complete list, keeping it up to date and logging failures (the backoff makes the
-/// watcher retry). While the watch fails, a one-item list every [`PROBE_INTERVAL`] tells when
-/// the API server answers again: a resumed watch is silent until something changes, so the
-/// stream alone cannot say it recovered.
+/// the first complete list (and calling `after_list` after each), keeping it up to date and
+/// logging failures (the backoff makes the watcher retry). While the watch fails, a one-item
+/// list every [`PROBE_INTERVAL`] tells when the API server answers again: a resumed watch is
+/// silent until something changes, so the stream alone cannot say it recovered.
 async fn drive<S, K, T>(
     stream: S,
     api: Api<K>,
     table: Arc<Projection<T>>,
     health: Arc<CacheHealth>,
     what: &'static str,
+    after_list: fn(),
 ) where
     S: Stream<Item = Result<Event<K>, watcher::Error>>,
     K: Resource + Clone + fmt::Debug + serde::de::DeserializeOwned,
@@ -274,9 +284,12 @@ async fn drive<S, K, T>(
                 if health.recovered() {
                     tracing::info!(resource = what, "watch of the cluster resumed");
                 }
-                if table.apply(event) && !health.synced.swap(true, Ordering::AcqRel) {
-                    let objects = table.read(Table::len);
-                    tracing::info!(resource = what, objects, "cluster cache ready");
+                if table.apply(event) {
+                    if !health.synced.swap(true, Ordering::AcqRel) {
+                        let objects = table.read(Table::len);
+                        tracing::info!(resource = what, objects, "cluster cache ready");
+                    }
+                    after_list();
                 }
             }
             Some(Err(err)) => {
@@ -495,6 +508,7 @@ mod tests {
             nodes.clone(),
             readiness.nodes.clone(),
             "nodes",
+            || {},
         )
         .await;
         assert!(
@@ -508,9 +522,42 @@ mod tests {
             Arc::new(Projection::<LimitRangeTable>::default()),
             readiness.limit_ranges.clone(),
             "limitranges",
+            || {},
         )
         .await;
         assert!(readiness.is_ready());
+    }
+
+    #[tokio::test]
+    async fn the_after_list_hook_runs_after_every_complete_list_and_not_on_other_events() {
+        static LISTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+            .expect("a client that is never called");
+        // A first list, a change, a deletion, then a relist (as after a `410 Gone`).
+        let events = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(node("n1", None))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(node("n2", None))),
+            Ok(Event::Delete(node("n1", None))),
+            Ok(Event::Init),
+            Ok(Event::InitApply(node("n3", None))),
+            Ok(Event::InitDone),
+        ];
+        let nodes = Arc::new(Projection::<NodeTable>::default());
+        drive(
+            futures::stream::iter(events),
+            Api::<CachedNode>::all(client),
+            nodes.clone(),
+            CacheReadiness::default().nodes.clone(),
+            "nodes",
+            || {
+                LISTS.fetch_add(1, Ordering::SeqCst);
+            },
+        )
+        .await;
+        assert_eq!(LISTS.load(Ordering::SeqCst), 2);
+        assert_eq!(nodes.read(Table::len), 1, "the relist replaced the table");
     }
 
     #[test]

@@ -88,6 +88,9 @@ pub struct ServeOptions {
     /// `--client-ca`: only clients presenting a certificate signed by a CA in this PEM file
     /// (the API server) complete the TLS handshake.
     pub client_ca: Option<PathBuf>,
+    /// Runs after every complete list of the Nodes or LimitRanges, once what the list took is
+    /// freed: the binary, which owns the allocator, gives that memory back there.
+    pub after_cache_list: fn(),
 }
 
 /// Why `/readyz` says no.
@@ -293,7 +296,8 @@ async fn connect_cluster(
                 .self_tls
                 .clone()
                 .map(|o| selftls::SelfTls::new(client.clone(), o));
-            let (cluster, readiness) = watch::start_with(client, options.cache_stale_after);
+            let (cluster, readiness) =
+                watch::start_with(client, options.cache_stale_after, options.after_cache_list);
             tracing::info!("cluster look-ups on: watching Nodes and LimitRanges");
             let lookups = ClusterLookups {
                 cluster,
