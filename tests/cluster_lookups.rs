@@ -4,6 +4,7 @@
 mod common;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::api_stub::ApiStub;
@@ -11,6 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod, Taint};
 use kube::api::{Api, ListParams};
 use podmend::cluster::ClusterView;
 use podmend::cluster::watch::{self, CacheReadiness, Lookups, WatchedCluster};
+use podmend::server::{self, ServeOptions};
 use serde_json::{Value, json};
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -398,6 +400,54 @@ async fn lookups_from_a_missing_kubeconfig_are_off_with_a_reason_naming_the_file
             }
             on => panic!("expected Off, got {on:?}"),
         }
+    })
+    .await;
+}
+
+/// The lists `serve`'s after-list hook has seen (one test counts them).
+static LISTS_SEEN: AtomicUsize = AtomicUsize::new(0);
+
+#[tokio::test]
+async fn serve_runs_its_after_list_hook_once_each_cache_has_had_its_list() {
+    within(async {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let stub = ApiStub::start(nodes(), limit_ranges()).await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        common::server::write_certs(dir.path());
+        let options = ServeOptions {
+            listen: common::net::free_port(),
+            metrics_listen: common::net::free_port(),
+            tls_cert: dir.path().join("tls.crt"),
+            tls_key: dir.path().join("tls.key"),
+            config: None,
+            kubeconfig: Some(stub.kubeconfig_path().to_path_buf()),
+            reload_interval: Duration::from_secs(60),
+            shutdown_timeout: Duration::from_secs(1),
+            shutdown_delay: Duration::ZERO,
+            cache_stale_after: Duration::from_secs(30),
+            self_tls: None,
+            benchmark_null_route: false,
+            client_ca: None,
+            after_cache_list: || {
+                LISTS_SEEN.fetch_add(1, Ordering::SeqCst);
+            },
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server::serve(options, async move {
+            let _ = stopped.await;
+        }));
+        eventually("the Node and the LimitRange lists", || {
+            LISTS_SEEN.load(Ordering::SeqCst) >= 2
+        })
+        .await;
+        let _ = stop.send(());
+        let result = serving.await.expect("serve did not panic");
+        assert!(result.is_ok(), "serve stopped cleanly: {result:?}");
+        assert_eq!(
+            LISTS_SEEN.load(Ordering::SeqCst),
+            2,
+            "one list each, no more"
+        );
     })
     .await;
 }
