@@ -22,33 +22,29 @@ use podmend::{audit, certs, server, storms, telemetry};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// When mimalloc gives freed memory back to the system, per command. The batch commands give
-/// it back at once, as glibc does: mimalloc's default keeps it a second, and `audit --cluster`
-/// would hold a page of pods more. `serve` keeps it a few milliseconds: given back at once, a
-/// page that a repair frees at the end of each request is faulted back in by the next (two
-/// `madvise` calls and two page faults per repair, a quarter more CPU on one core;
-/// BENCHMARKS.md). What listing the cluster took, `serve` gives back right after each list
-/// ([`give_back_freed_memory`]). `MIMALLOC_PURGE_DELAY` in the environment overrides both.
-fn set_purge_delay(command: &Command) {
-    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
-        return; // the operator's choice, which mimalloc has read
-    }
-    let milliseconds = match command {
+/// How long mimalloc keeps freed memory before giving it back to the system, per command.
+/// `serve` keeps it a few milliseconds: given back at once, a page that a repair frees at the
+/// end of each request is faulted back in by the next (two `madvise` calls and two page faults
+/// per repair, a quarter more CPU on one core; BENCHMARKS.md), and what listing the cluster
+/// took it gives back right after each list ([`give_back_freed_memory`]). Every other command
+/// gives freed memory back at once, as glibc does: mimalloc's default keeps it a second, and
+/// `audit --cluster` would hold a page of pods more; the guard's footprint was measured so.
+fn purge_delay_ms(command: &Command) -> std::ffi::c_long {
+    match command {
         Command::Serve(_) => SERVE_PURGE_DELAY_MS,
         _ => 0,
-    };
-    // SAFETY: stores an integer in mimalloc's option table, which mimalloc reads each time it
-    // considers giving pages back; no thread is running yet.
-    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, milliseconds) };
+    }
 }
 
 /// `serve`'s purge delay: long enough that a page freed at the end of one review is still
-/// there for the next (1 ms left a tenth of the faults, 10 ms none; BENCHMARKS.md).
+/// there for the next (on one CPU, 1 ms left 4 % of the faults, 10 ms under 0.5 %).
 const SERVE_PURGE_DELAY_MS: std::ffi::c_long = 10;
 
-/// Gives back at once what is free, whatever the purge delay: `serve` calls it after each list
-/// of the cluster, whose pages and old table it has just freed (20 MiB for 5,000 real-shaped
-/// Nodes).
+/// Gives back what is free, whatever the purge delay: `serve` calls it after each list of the
+/// cluster, whose pages and old table have just been freed (20 MiB for 5,000 real-shaped
+/// Nodes). It frees the calling thread's empty pages and purges what every thread has handed
+/// back to mimalloc's shared arenas, where a freed list's pages go; empty pages another thread
+/// keeps stay until it reuses or hands them back.
 fn give_back_freed_memory() {
     // SAFETY: mimalloc's collection is safe from any thread: it collects the caller's own
     // heap, and purges the shared arenas one thread at a time.
@@ -61,7 +57,10 @@ const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    set_purge_delay(&cli.command);
+    // SAFETY: stores an integer in mimalloc's option table, which mimalloc reads each time it
+    // considers giving pages back; no other thread is running yet. `set_default` leaves a
+    // valid `MIMALLOC_PURGE_DELAY` (any case, or its old name) in the environment in force.
+    unsafe { libmimalloc_sys::mi_option_set_default(PURGE_DELAY, purge_delay_ms(&cli.command)) };
     // Only `serve` logs a line per request; the others write each line as it comes.
     let writer = match cli.command {
         Command::Serve(_) => LogWriter::Batched,
@@ -216,45 +215,42 @@ async fn shutdown_signal() {
 mod tests {
     use super::*;
 
-    /// mimalloc's option table is plain memory: the tests that write or read it take turns.
-    static OPTIONS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    #[test]
+    fn serve_keeps_freed_pages_a_few_milliseconds_and_every_other_command_none() {
+        let delay = |args: &[&str]| purge_delay_ms(&Cli::parse_from(args).command);
+        assert_eq!(delay(&["podmend", "serve"]), SERVE_PURGE_DELAY_MS);
+        assert_eq!(delay(&["podmend", "audit", "pod.yaml"]), 0);
+        assert_eq!(
+            delay(&[
+                "podmend",
+                "guard",
+                "--upstream",
+                "unix:///run/docker.sock",
+                "--owner-pod-uid",
+                "u1",
+                "--listen",
+                "unix:///tmp/d.sock"
+            ]),
+            0
+        );
+    }
 
     #[test]
-    fn serve_keeps_freed_pages_a_few_milliseconds_and_the_batch_commands_none() {
-        let _turn = OPTIONS.lock().unwrap_or_else(|e| e.into_inner());
-        let serve = Cli::parse_from(["podmend", "serve"]).command;
-        let audit = Cli::parse_from(["podmend", "audit", "pod.yaml"]).command;
-        // SAFETY: reads and sets integers in mimalloc's option table (this test alone).
-        let (default, for_serve, for_audit) = unsafe {
-            let default = libmimalloc_sys::mi_option_get(PURGE_DELAY);
-            set_purge_delay(&serve);
-            let for_serve = libmimalloc_sys::mi_option_get(PURGE_DELAY);
-            set_purge_delay(&audit);
-            (
-                default,
-                for_serve,
-                libmimalloc_sys::mi_option_get(PURGE_DELAY),
-            )
-        };
-        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
-            // 1,000 ms is mimalloc 3's default purge delay, and no other option's default.
+    fn the_option_set_at_start_is_mimallocs_purge_delay() {
+        // SAFETY: reads an integer of mimalloc's option table, which only `main` writes.
+        let value = unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) };
+        // 1,000 ms is mimalloc 3's default purge delay, and no other option's default.
+        // (Unless the environment sets a mimalloc option for the test run.)
+        if std::env::vars().all(|(name, _)| !name.to_ascii_uppercase().starts_with("MIMALLOC_")) {
             assert_eq!(
-                default, 1000,
+                value, 1000,
                 "option {PURGE_DELAY} is not mimalloc's purge delay"
-            );
-            assert_eq!((for_serve, for_audit), (SERVE_PURGE_DELAY_MS, 0));
-        } else {
-            assert_eq!(
-                (for_serve, for_audit),
-                (default, default),
-                "the environment's delay is kept"
             );
         }
     }
 
     #[test]
     fn giving_back_freed_memory_can_run_on_any_thread() {
-        let _turn = OPTIONS.lock().unwrap_or_else(|e| e.into_inner());
         let threads: Vec<_> = (0..4)
             .map(|_| std::thread::spawn(|| (0..100).for_each(|_| give_back_freed_memory())))
             .collect();

@@ -410,27 +410,15 @@ static LISTS_SEEN: AtomicUsize = AtomicUsize::new(0);
 #[tokio::test]
 async fn serve_runs_its_after_list_hook_once_each_cache_has_had_its_list() {
     within(async {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        common::server::install_crypto_provider();
         let stub = ApiStub::start(nodes(), limit_ranges()).await;
         let dir = tempfile::tempdir().expect("tempdir");
         common::server::write_certs(dir.path());
         let options = ServeOptions {
-            listen: common::net::free_port(),
-            metrics_listen: common::net::free_port(),
-            tls_cert: dir.path().join("tls.crt"),
-            tls_key: dir.path().join("tls.key"),
-            config: None,
-            kubeconfig: Some(stub.kubeconfig_path().to_path_buf()),
-            reload_interval: Duration::from_secs(60),
-            shutdown_timeout: Duration::from_secs(1),
-            shutdown_delay: Duration::ZERO,
-            cache_stale_after: Duration::from_secs(30),
-            self_tls: None,
-            benchmark_null_route: false,
-            client_ca: None,
             after_cache_list: || {
                 LISTS_SEEN.fetch_add(1, Ordering::SeqCst);
             },
+            ..common::server::in_process_options(dir.path(), stub.kubeconfig_path())
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = tokio::spawn(server::serve(options, async move {
@@ -443,11 +431,15 @@ async fn serve_runs_its_after_list_hook_once_each_cache_has_had_its_list() {
         let _ = stop.send(());
         let result = serving.await.expect("serve did not panic");
         assert!(result.is_ok(), "serve stopped cleanly: {result:?}");
-        assert_eq!(
-            LISTS_SEEN.load(Ordering::SeqCst),
-            2,
-            "one list each, no more"
-        );
+        // One call per list the API server answered: the Nodes' and the LimitRanges'.
+        let lists = |resource: &str| {
+            stub.requests()
+                .iter()
+                .filter(|r| r.starts_with(&format!("/api/v1/{resource}?")) && !r.contains("watch="))
+                .count()
+        };
+        assert_eq!((lists("nodes"), lists("limitranges")), (1, 1));
+        assert_eq!(LISTS_SEEN.load(Ordering::SeqCst), 2);
     })
     .await;
 }

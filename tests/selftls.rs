@@ -12,7 +12,6 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use common::api_stub::ApiStub;
-use common::net::free_port;
 use common::tls;
 use podmend::server::selftls::{self, Material, SelfTls, SelfTlsOptions, parse_certs};
 use podmend::server::{self, ServeOptions};
@@ -30,10 +29,6 @@ const SECRET: &str = "podmend-tls";
 const MUTATING: &str = "podmend-mutating";
 const VALIDATING: &str = "podmend-validating";
 const DAY: u64 = 86_400;
-
-fn install_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
 
 fn webhook_config(kind: &str, name: &str) -> Value {
     json!({
@@ -142,7 +137,7 @@ fn verifies(bundle: &str, cert_pem: &str, name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn generates_secret_files_and_ca_bundles_when_missing() {
-    install_provider();
+    common::server::install_crypto_provider();
     let stub = stub().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let tls = SelfTls::new(stub.client().await, options(dir.path(), 365, 30));
@@ -189,7 +184,7 @@ async fn generates_secret_files_and_ca_bundles_when_missing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn reuses_a_valid_secret() {
-    install_provider();
+    common::server::install_crypto_provider();
     let stub = stub().await;
     let first = tempfile::tempdir().expect("tempdir");
     SelfTls::new(stub.client().await, options(first.path(), 365, 30))
@@ -214,7 +209,7 @@ async fn reuses_a_valid_secret() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn renews_a_soon_expiring_certificate_keeping_the_ca() {
-    install_provider();
+    common::server::install_crypto_provider();
     let stub = stub().await;
     let dir = tempfile::tempdir().expect("tempdir");
     // CA 200 days, leaf 100 days.
@@ -302,7 +297,7 @@ fn put_secret(stub: &ApiStub, material: &Material) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ca_rollover_keeps_the_old_ca_in_the_bundle_until_it_expires() {
-    install_provider();
+    common::server::install_crypto_provider();
     let stub = stub().await;
     let dir = tempfile::tempdir().expect("tempdir");
     // A CA (and leaf) expiring in 2 days: inside the 30-day renewal window.
@@ -362,7 +357,7 @@ async fn ca_rollover_keeps_the_old_ca_in_the_bundle_until_it_expires() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replicas_starting_together_converge_on_one_secret() {
-    install_provider();
+    common::server::install_crypto_provider();
     let stub = stub().await;
     let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut replicas = Vec::new();
@@ -394,7 +389,7 @@ async fn replicas_starting_together_converge_on_one_secret() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn missing_webhook_configuration_is_a_clear_error() {
-    install_provider();
+    common::server::install_crypto_provider();
     let stub = stub().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut opts = options(dir.path(), 365, 30);
@@ -408,29 +403,18 @@ async fn missing_webhook_configuration_is_a_clear_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn server_keeps_answering_while_its_certificate_is_replaced() {
-    install_provider();
+    common::server::install_crypto_provider();
     let stub = stub().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut tls = options(dir.path(), 365, 30);
     tls.dns_names = vec!["localhost".to_string()];
-    let listen = free_port();
-    let metrics = free_port();
     let serve_options = ServeOptions {
-        listen,
-        metrics_listen: metrics,
         tls_cert: tls.cert_path.clone(),
         tls_key: tls.key_path.clone(),
-        config: None,
-        kubeconfig: Some(stub.kubeconfig_path().to_path_buf()),
-        reload_interval: Duration::from_secs(1),
-        shutdown_timeout: Duration::from_secs(5),
-        shutdown_delay: Duration::ZERO,
-        cache_stale_after: Duration::from_secs(30),
         self_tls: Some(tls),
-        benchmark_null_route: false,
-        client_ca: None,
-        after_cache_list: || {},
+        ..common::server::in_process_options(dir.path(), stub.kubeconfig_path())
     };
+    let (listen, metrics) = (serve_options.listen, serve_options.metrics_listen);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(server::serve(serve_options, async move {
         let _ = stop_rx.await;
@@ -545,7 +529,7 @@ async fn server_keeps_answering_while_its_certificate_is_replaced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kind_qualified_names_read_each_configuration_as_its_own_kind_only() {
-    install_provider();
+    common::server::install_crypto_provider();
     let stub = stub().await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut options = options(dir.path(), 365, 30);

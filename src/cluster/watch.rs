@@ -486,6 +486,12 @@ mod tests {
         assert!(view.limit_range_items("team-c").is_empty());
     }
 
+    /// A client for `drive`'s probe, which these tests never reach.
+    fn never_called_client() -> Client {
+        Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+            .expect("a client that is never called")
+    }
+
     #[tokio::test]
     async fn readiness_waits_for_both_caches_to_complete_a_list() {
         let readiness = CacheReadiness::default();
@@ -499,8 +505,7 @@ mod tests {
             events.push(Ok(Event::InitDone));
             futures::stream::iter(events)
         };
-        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-            .expect("a client that is never called");
+        let client = never_called_client();
         let nodes = Arc::new(Projection::<NodeTable>::default());
         drive(
             events(vec![node("n1", None)]),
@@ -531,8 +536,7 @@ mod tests {
     #[tokio::test]
     async fn the_after_list_hook_runs_after_every_complete_list_and_not_on_other_events() {
         static LISTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let client = Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-            .expect("a client that is never called");
+        let client = never_called_client();
         // A first list, a change, a deletion, then a relist (as after a `410 Gone`).
         let events = vec![
             Ok(Event::Init),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use podmend::server::ServeOptions;
 use serde_json::{Value, json};
 
 use super::net::{free_port, http_get};
@@ -14,6 +15,34 @@ use super::spawn::{certs_command, serve_command};
 use super::tls::{Identity, client_config_with, roots};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_podmend");
+
+/// Options for `server::serve` run inside the test process: the serving pair `tls.crt` and
+/// `tls.key` in `tls_dir`, free ports, look-ups through `kubeconfig`, short timers, the rest as
+/// `podmend serve` defaults them. Tests change what they are about.
+pub fn in_process_options(tls_dir: &Path, kubeconfig: &Path) -> ServeOptions {
+    ServeOptions {
+        listen: free_port(),
+        metrics_listen: free_port(),
+        tls_cert: tls_dir.join("tls.crt"),
+        tls_key: tls_dir.join("tls.key"),
+        config: None,
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        reload_interval: Duration::from_secs(1),
+        shutdown_timeout: Duration::from_secs(5),
+        shutdown_delay: Duration::ZERO,
+        cache_stale_after: Duration::from_secs(30),
+        self_tls: None,
+        benchmark_null_route: false,
+        client_ca: None,
+        after_cache_list: || {},
+    }
+}
+
+/// Installs the process-wide rustls crypto provider, as `podmend`'s `main` does before it
+/// serves: a server run inside the test process needs it.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
 
 /// A running `podmend serve`; killed when dropped.
 pub struct Server {
