@@ -23,10 +23,11 @@ use podmend::{audit, certs, server, storms, telemetry};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// How long mimalloc keeps freed memory before giving it back to the system, per command.
-/// `serve` keeps it a few milliseconds: given back at once, a page that a repair frees at the
-/// end of each request is faulted back in by the next (two `madvise` calls and two page faults
-/// per repair, a quarter more CPU on one core; BENCHMARKS.md), and what listing the cluster
-/// took it gives back right after each list ([`give_back_freed_memory`]). Every other command
+/// `serve` keeps it a few milliseconds: given back at once, a page that a review frees at the
+/// end of each request is faulted back in by the next (on one CPU, two `madvise` calls and two
+/// page faults per repair, a quarter more CPU; over HTTP/2, a third less throughput on one
+/// connection; BENCHMARKS.md), and what listing the cluster took it gives back right after
+/// each list ([`give_back_freed_memory`]). Every other command
 /// gives freed memory back at once, as glibc does: mimalloc's default keeps it a second, and
 /// `audit --cluster` would hold a page of pods more; the guard's footprint was measured so.
 fn purge_delay_ms(command: &Command) -> std::ffi::c_long {
