@@ -27,9 +27,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// end of each request is faulted back in by the next (on one CPU, two `madvise` calls and two
 /// page faults per repair, a quarter more CPU; over HTTP/2, a third less throughput on one
 /// connection; BENCHMARKS.md), and what listing the cluster took it gives back right after
-/// each list ([`give_back_freed_memory`]). Every other command
-/// gives freed memory back at once, as glibc does: mimalloc's default keeps it a second, and
-/// `audit --cluster` would hold a page of pods more; the guard's footprint was measured so.
+/// each list ([`give_back_freed_memory`]). Every other command gives freed memory back at
+/// once, as glibc does: mimalloc's default keeps it a second, and `audit --cluster` would hold
+/// a page of pods more; the guard's footprint was measured so.
 fn purge_delay_ms(command: &Command) -> std::ffi::c_long {
     match command {
         Command::Serve(_) => SERVE_PURGE_DELAY_MS,
