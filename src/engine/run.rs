@@ -70,17 +70,7 @@ pub(super) fn run(
         namespace: scope.namespace,
         cluster,
     };
-    let mut ran = Ran {
-        repaired: State {
-            spec: original.clone(),
-            touched: false,
-        },
-        original,
-        spec_pointer: parse_pointer(scope.target.spec),
-        seen: spec_diff::Seen::default(),
-        applied: None,
-        findings: Vec::new(),
-    };
+    let mut ran = Ran::new(original, scope);
     for (rule, mode) in active {
         // The spec before this rule, copied only when needed: to diff against once a rule has
         // found something (until then it is the original), and, while the states are one, for
@@ -88,34 +78,13 @@ pub(super) fn run(
         let may_part = ran.applied.is_none() && mode != Mode::Enforce;
         let before = (ran.repaired.touched || may_part).then(|| ran.repaired.spec.clone());
         let messages = rule.repair(&mut ran.repaired.spec, &scope.meta, &cx);
-        let patch = prefixed(
-            &ran.spec_pointer,
-            spec_diff::step(
-                before.as_ref().unwrap_or(&ran.original),
-                &ran.repaired.spec,
-                &mut ran.seen,
-            ),
-        );
+        let patch = ran.step_patch(before.as_ref());
         if messages.is_empty() && patch.is_empty() {
             continue;
         }
         let touched_before = std::mem::replace(&mut ran.repaired.touched, true);
         if !patch.is_empty() {
-            match (&mut ran.applied, mode) {
-                // An enforce-mode rule after the states parted: apply it to what is applied.
-                (Some(enforced), Mode::Enforce) => {
-                    rule.repair(&mut enforced.spec, &scope.meta, &cx);
-                    enforced.touched = true;
-                }
-                // A rule that only warns changed something: the states part here.
-                (None, mode) if mode != Mode::Enforce => {
-                    ran.applied = before.map(|spec| State {
-                        spec,
-                        touched: touched_before,
-                    });
-                }
-                _ => {}
-            }
+            ran.follow_in_applied((rule, mode), before, touched_before, scope, &cx);
         }
         ran.findings.push(Finding {
             rule: rule.id(),
@@ -126,4 +95,62 @@ pub(super) fn run(
         });
     }
     Ok(ran)
+}
+
+impl Ran {
+    /// Nothing run yet: both states are the spec as decoded.
+    fn new(original: PodSpec, scope: &InScope<'_>) -> Self {
+        Self {
+            repaired: State {
+                spec: original.clone(),
+                touched: false,
+            },
+            original,
+            spec_pointer: parse_pointer(scope.target.spec),
+            seen: spec_diff::Seen::default(),
+            applied: None,
+            findings: Vec::new(),
+        }
+    }
+
+    /// The patch of the rule that just ran on `repaired`: its diff from `before` (the
+    /// original while no rule has found anything), below the spec's pointer.
+    fn step_patch(&mut self, before: Option<&PodSpec>) -> Vec<json_patch::PatchOperation> {
+        prefixed(
+            &self.spec_pointer,
+            spec_diff::step(
+                before.unwrap_or(&self.original),
+                &self.repaired.spec,
+                &mut self.seen,
+            ),
+        )
+    }
+
+    /// Keeps the applied state (enforce-mode repairs only) in step with a rule that changed
+    /// the repaired one: `before` is the repaired spec before the rule, and whether a rule
+    /// had touched it.
+    fn follow_in_applied(
+        &mut self,
+        (rule, mode): (&dyn Rule, Mode),
+        before: Option<PodSpec>,
+        touched_before: bool,
+        scope: &InScope<'_>,
+        cx: &RuleContext<'_>,
+    ) {
+        match (&mut self.applied, mode) {
+            // An enforce-mode rule after the states parted: apply it to what is applied.
+            (Some(enforced), Mode::Enforce) => {
+                rule.repair(&mut enforced.spec, &scope.meta, cx);
+                enforced.touched = true;
+            }
+            // A rule that only warns changed something: the states part here.
+            (None, mode) if mode != Mode::Enforce => {
+                self.applied = before.map(|spec| State {
+                    spec,
+                    touched: touched_before,
+                });
+            }
+            _ => {}
+        }
+    }
 }

@@ -29,23 +29,10 @@ pub(super) fn review(
         return skip(Skip::NoObject);
     };
     let namespace = namespace_of(subject, object);
-    if engine.excludes(namespace) {
-        return skip(Skip::ExcludedNamespace);
-    }
-    let annotations = string_map(crate::target::at(object, "/metadata/annotations"));
-    if annotations.contains_key(MIRROR_ANNOTATION) {
-        return skip(Skip::MirrorPod);
-    }
-    let skipped_rules = SkipList::from_annotations([&annotations]);
-    if skipped_rules.all {
-        return skip(Skip::SkipAnnotation);
-    }
-    let active: Vec<&dyn StatusRule> = engine
-        .status_rules
-        .iter()
-        .map(Box::as_ref)
-        .filter(|rule| !skipped_rules.contains(rule.id()) && rule.may_apply(object))
-        .collect();
+    let active = match active_rules(engine, namespace, object) {
+        Ok(active) => active,
+        Err(reason) => return skip(reason),
+    };
     if active.is_empty() {
         return Outcome::clean(target);
     }
@@ -79,6 +66,32 @@ pub(super) fn review(
     let patch = status_patch(&original_value, &applied);
     let repair = status_patch(&original_value, &repaired);
     finish(target, Cow::Borrowed(object), findings, patch, repair)
+}
+
+/// The status rules that may act on `object`, or why none may: its namespace is excluded,
+/// it is a mirror pod, or its annotations skip podmend.
+fn active_rules<'e>(
+    engine: &'e Engine,
+    namespace: &str,
+    object: &Value,
+) -> Result<Vec<&'e dyn StatusRule>, Skip> {
+    if engine.excludes(namespace) {
+        return Err(Skip::ExcludedNamespace);
+    }
+    let annotations = string_map(crate::target::at(object, "/metadata/annotations"));
+    if annotations.contains_key(MIRROR_ANNOTATION) {
+        return Err(Skip::MirrorPod);
+    }
+    let skipped_rules = SkipList::from_annotations([&annotations]);
+    if skipped_rules.all {
+        return Err(Skip::SkipAnnotation);
+    }
+    Ok(engine
+        .status_rules
+        .iter()
+        .map(Box::as_ref)
+        .filter(|rule| !skipped_rules.contains(rule.id()) && rule.may_apply(object))
+        .collect())
 }
 
 /// The Pod as sent and as stored. The stored one tells whether it is being deleted or

@@ -146,9 +146,22 @@ pub async fn run(
         timeout_seconds = options.shutdown_timeout.as_secs(),
         "shutting down: removing this pod's containers"
     );
+    clean_up_within_timeout(&options, upstream, &shared, &guard_metrics).await;
+    metrics_server.stop().await;
+    Ok(())
+}
+
+/// Removes what the pod made, giving up (with a warning naming `podmend guard reap`) after
+/// the shutdown timeout: the kubelet kills the guard soon after.
+async fn clean_up_within_timeout(
+    options: &GuardOptions,
+    upstream: DaemonUpstream,
+    shared: &Shared,
+    guard_metrics: &GuardMetrics,
+) {
     let client = DockerClient::new(upstream);
     let recorded = shared.recorded_images();
-    let cleanup = remove_what_the_pod_made(&client, &options, &recorded, &guard_metrics);
+    let cleanup = remove_what_the_pod_made(&client, options, &recorded, guard_metrics);
     match tokio::time::timeout(options.shutdown_timeout, cleanup).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::warn!(%error, "cannot remove what this pod created"),
@@ -157,8 +170,6 @@ pub async fn run(
             "the clean-up did not finish in time; `podmend guard reap` removes the rest"
         ),
     }
-    metrics_server.stop().await;
-    Ok(())
 }
 
 /// Binds every `--listen` address (TLS on the TCP ones with `--tls-certdir`).

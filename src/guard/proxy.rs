@@ -591,42 +591,13 @@ async fn exchange(
     let client_gone = Notify::new();
     let Daemon { input, output } = daemon;
 
-    let send = async {
-        let sent = client_in.copy_body(request_body, output).await;
-        let daemon_failed = match sent {
-            Ok(()) => false,
-            // The daemon may have answered early and closed: let the answer through.
-            Err(CopyError::Write(error)) => {
-                tracing::debug!(%error, "the daemon stopped reading the request body");
-                true
-            }
-            Err(_) => {
-                client_gone.notify_one();
-                return true;
-            }
-        };
-        // Until the response is complete, notice a client that hangs up (Go's server cancels
-        // the request then too: `docker logs -f` interrupted ends the daemon's stream).
-        // Once the client sent more (a pipelined request, or stdin for a hijacked stream),
-        // stop watching, as Go's server does.
-        loop {
-            if !client_in.buffered().is_empty() {
-                response_done.notified().await;
-                return daemon_failed;
-            }
-            tokio::select! {
-                biased;
-                () = response_done.notified() => return daemon_failed,
-                filled = client_in.fill() => match filled {
-                    Ok(0) | Err(_) => {
-                        client_gone.notify_one();
-                        return daemon_failed;
-                    }
-                    Ok(_) => {}
-                },
-            }
-        }
-    };
+    let send = send_body(
+        client_in,
+        output,
+        request_body,
+        &response_done,
+        &client_gone,
+    );
     let receive = async {
         let mut answered = false;
         let result = tokio::select! {
@@ -640,6 +611,52 @@ async fn exchange(
     match received {
         Ok(Next::KeepAlive) if send_failed => Ok(Next::Close),
         other => other,
+    }
+}
+
+/// The request's half of [`exchange`]: copies the body up, then watches the client until
+/// the response is done. Returns whether the daemon stopped reading the body; notifies
+/// `client_gone` when the client hangs up or its body cannot be read.
+async fn send_body(
+    client_in: &mut ClientIn,
+    daemon_out: &mut WriteHalf<BoxStream>,
+    request_body: BodyLength,
+    response_done: &Notify,
+    client_gone: &Notify,
+) -> bool {
+    let sent = client_in.copy_body(request_body, daemon_out).await;
+    let daemon_failed = match sent {
+        Ok(()) => false,
+        // The daemon may have answered early and closed: let the answer through.
+        Err(CopyError::Write(error)) => {
+            tracing::debug!(%error, "the daemon stopped reading the request body");
+            true
+        }
+        Err(_) => {
+            client_gone.notify_one();
+            return true;
+        }
+    };
+    // Until the response is complete, notice a client that hangs up (Go's server cancels
+    // the request then too: `docker logs -f` interrupted ends the daemon's stream).
+    // Once the client sent more (a pipelined request, or stdin for a hijacked stream),
+    // stop watching, as Go's server does.
+    loop {
+        if !client_in.buffered().is_empty() {
+            response_done.notified().await;
+            return daemon_failed;
+        }
+        tokio::select! {
+            biased;
+            () = response_done.notified() => return daemon_failed,
+            filled = client_in.fill() => match filled {
+                Ok(0) | Err(_) => {
+                    client_gone.notify_one();
+                    return daemon_failed;
+                }
+                Ok(_) => {}
+            },
+        }
     }
 }
 

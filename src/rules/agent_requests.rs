@@ -200,54 +200,8 @@ impl AgentRequests {
             }
             // The total is the larger of what runs together (containers and sidecars) and an
             // init container's peak; both are below the floor, so the former makes up the rest.
-            let sidecars = spec
-                .init_containers
-                .iter()
-                .flatten()
-                .filter(|c| c.restart_policy.as_deref() == Some("Always"));
-            let running: Milli = spec
-                .containers
-                .iter()
-                .chain(sidecars)
-                .map(|c| container_request(c, name))
-                .sum();
-            let mut missing = floor - running;
-            for container in spec
-                .containers
-                .iter_mut()
-                .filter(|c| c.name != GUARD_CONTAINER)
-            {
-                if missing <= 0 {
-                    break;
-                }
-                let request = container_request(container, name);
-                let room = container
-                    .resources
-                    .as_ref()
-                    .and_then(|r| r.limits.as_ref()?.get(name))
-                    .and_then(|q| quantity::parse_milli(&q.0))
-                    .map_or(missing, |limit| (limit - request).max(0));
-                let added = room.min(missing);
-                if added <= 0 {
-                    continue;
-                }
-                missing -= added;
-                let request = request + added;
-                container
-                    .resources
-                    .get_or_insert_with(ResourceRequirements::default)
-                    .requests
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(name.to_string(), Quantity(format_quantity(name, request)));
-                changed.record(
-                    name,
-                    &container.name,
-                    RequestRepair {
-                        floor: request,
-                        limit_added: false,
-                    },
-                );
-            }
+            let missing = floor - running_request(spec, name);
+            add_to_container_requests(spec, name, missing, changed);
         }
     }
 
@@ -318,25 +272,7 @@ impl AgentRequests {
         };
         for &name in resources_to_zero {
             let aggregate = aggregate_container_requests(spec, name);
-            // Without any pod-level limit, defaulting gives the pod the containers' aggregate
-            // limit of each resource they all limit (`defaultPodLimits`): stay within it.
-            let no_pod_limits = resources.limits.as_ref().is_none_or(|limits| {
-                !limits
-                    .keys()
-                    .any(|k| k == "cpu" || k == "memory" || k.starts_with("hugepages-"))
-            });
-            let all_limited = spec
-                .containers
-                .iter()
-                .chain(spec.init_containers.iter().flatten())
-                .all(|c| {
-                    c.resources
-                        .as_ref()
-                        .and_then(|r| r.limits.as_ref()?.get(name))
-                        .is_some()
-                });
-            let implicit_limit = (no_pod_limits && all_limited)
-                .then(|| self::aggregate(spec, name, container_limit));
+            let implicit_limit = implicit_pod_limit(spec, &resources, name);
             let within = |floor: Milli| implicit_limit.map_or(floor, |limit| floor.min(limit));
             let unset = request_milli(&resources, name).is_none()
                 && resources
@@ -348,17 +284,7 @@ impl AgentRequests {
                 // containers' aggregate, which an absent pod request (0) would not cover.
                 let floor =
                     within(aggregate.max(limit_range_floor(name, implicit_limit, pod_ranges)));
-                if floor > 0 {
-                    resources
-                        .requests
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(name.to_string(), Quantity(format_quantity(name, floor)));
-                    let outcome = RequestRepair {
-                        floor,
-                        limit_added: false,
-                    };
-                    changed.record(name, "(pod)", outcome);
-                }
+                set_pod_request(&mut resources, name, floor, changed);
                 continue;
             }
             let max_container_limit = max_container_limit(spec, name);
@@ -385,6 +311,112 @@ impl AgentRequests {
             }
         }
         spec.resources = Some(resources);
+    }
+}
+
+/// The pod-level limit of `name` that defaulting gives a pod without any pod-level limit:
+/// the containers' aggregate limit, when they all limit it (`defaultPodLimits`).
+fn implicit_pod_limit(
+    spec: &PodSpec,
+    resources: &ResourceRequirements,
+    name: &str,
+) -> Option<Milli> {
+    let no_pod_limits = resources.limits.as_ref().is_none_or(|limits| {
+        !limits
+            .keys()
+            .any(|k| k == "cpu" || k == "memory" || k.starts_with("hugepages-"))
+    });
+    let all_limited = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .all(|c| {
+            c.resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref()?.get(name))
+                .is_some()
+        });
+    (no_pod_limits && all_limited).then(|| aggregate(spec, name, container_limit))
+}
+
+/// Sets the pod-level request of `name`, which had none, to `floor`, unless that is 0.
+fn set_pod_request(
+    resources: &mut ResourceRequirements,
+    name: &str,
+    floor: Milli,
+    changed: &mut Changes,
+) {
+    if floor <= 0 {
+        return;
+    }
+    resources
+        .requests
+        .get_or_insert_with(BTreeMap::new)
+        .insert(name.to_string(), Quantity(format_quantity(name, floor)));
+    let outcome = RequestRepair {
+        floor,
+        limit_added: false,
+    };
+    changed.record(name, "(pod)", outcome);
+}
+
+/// What the containers and sidecars request of `name` together: what runs at once.
+fn running_request(spec: &PodSpec, name: &str) -> Milli {
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    spec.containers
+        .iter()
+        .chain(sidecars)
+        .map(|c| container_request(c, name))
+        .sum()
+}
+
+/// Adds `missing` of `name` to the containers' requests, in order, each up to its own limit
+/// (a request above the limit is invalid); the guard container is left as it is.
+fn add_to_container_requests(
+    spec: &mut PodSpec,
+    name: &str,
+    mut missing: Milli,
+    changed: &mut Changes,
+) {
+    for container in spec
+        .containers
+        .iter_mut()
+        .filter(|c| c.name != GUARD_CONTAINER)
+    {
+        if missing <= 0 {
+            break;
+        }
+        let request = container_request(container, name);
+        let room = container
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref()?.get(name))
+            .and_then(|q| quantity::parse_milli(&q.0))
+            .map_or(missing, |limit| (limit - request).max(0));
+        let added = room.min(missing);
+        if added <= 0 {
+            continue;
+        }
+        missing -= added;
+        let request = request + added;
+        container
+            .resources
+            .get_or_insert_with(ResourceRequirements::default)
+            .requests
+            .get_or_insert_with(BTreeMap::new)
+            .insert(name.to_string(), Quantity(format_quantity(name, request)));
+        changed.record(
+            name,
+            &container.name,
+            RequestRepair {
+                floor: request,
+                limit_added: false,
+            },
+        );
     }
 }
 

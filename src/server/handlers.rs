@@ -95,50 +95,9 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 
 async fn answer(state: &AppState, webhook: Webhook, request: Request) -> Response {
     let (parts, body) = request.into_parts();
-    if !is_json(&parts.headers) {
-        state.metrics.bad_request("content-type");
-        discard(body, &parts.headers);
-        return refuse(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "content type must be application/json (an admission.k8s.io/v1 AdmissionReview)",
-        );
-    }
-    let declared = declared_length(&parts.headers);
-    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
-        // Refused before reading: a client that waits for `100 Continue` sends nothing.
-        state.metrics.bad_request("too-large");
-        discard(body, &parts.headers);
-        return refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large());
-    }
-    let mut chunks = body.into_data_stream();
-    let read = tokio::time::timeout(BODY_READ_TIMEOUT, read_body(&mut chunks, declared)).await;
-    let body = match read {
-        Ok(Ok(body)) => body,
-        Ok(Err(BodyError::TooLarge)) => {
-            state.metrics.bad_request("too-large");
-            discard_stream(chunks);
-            return refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large());
-        }
-        Ok(Err(BodyError::Unreadable(error))) => {
-            state.metrics.bad_request("unreadable");
-            return refuse(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "cannot read the body ({error}); send the whole body, as long as its \
-                     Content-Length says"
-                ),
-            );
-        }
-        Err(_) => {
-            state.metrics.bad_request("body-timeout");
-            return refuse(
-                StatusCode::REQUEST_TIMEOUT,
-                &format!(
-                    "the body did not arrive within {} s; send it right after the headers",
-                    BODY_READ_TIMEOUT.as_secs()
-                ),
-            );
-        }
+    let body = match receive(state, &parts.headers, body).await {
+        Ok(body) => body,
+        Err(refused) => return refused,
     };
     let started = Instant::now();
     // The engine does not panic on any input we know of; if it ever does, the caller
@@ -157,6 +116,56 @@ async fn answer(state: &AppState, webhook: Webhook, request: Request) -> Respons
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal error while reviewing; see podmend's log",
             )
+        }
+    }
+}
+
+/// The body of a review, or the refusal (counted) of one podmend will not read: not JSON,
+/// too large, unreadable, or too slow to arrive.
+async fn receive(state: &AppState, headers: &HeaderMap, body: Body) -> Result<Vec<u8>, Response> {
+    if !is_json(headers) {
+        state.metrics.bad_request("content-type");
+        discard(body, headers);
+        return Err(refuse(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "content type must be application/json (an admission.k8s.io/v1 AdmissionReview)",
+        ));
+    }
+    let declared = declared_length(headers);
+    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+        // Refused before reading: a client that waits for `100 Continue` sends nothing.
+        state.metrics.bad_request("too-large");
+        discard(body, headers);
+        return Err(refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large()));
+    }
+    let mut chunks = body.into_data_stream();
+    let read = tokio::time::timeout(BODY_READ_TIMEOUT, read_body(&mut chunks, declared)).await;
+    match read {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(BodyError::TooLarge)) => {
+            state.metrics.bad_request("too-large");
+            discard_stream(chunks);
+            Err(refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large()))
+        }
+        Ok(Err(BodyError::Unreadable(error))) => {
+            state.metrics.bad_request("unreadable");
+            Err(refuse(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "cannot read the body ({error}); send the whole body, as long as its \
+                     Content-Length says"
+                ),
+            ))
+        }
+        Err(_) => {
+            state.metrics.bad_request("body-timeout");
+            Err(refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                &format!(
+                    "the body did not arrive within {} s; send it right after the headers",
+                    BODY_READ_TIMEOUT.as_secs()
+                ),
+            ))
         }
     }
 }
