@@ -250,6 +250,14 @@ enum Repaired {
     Patches(Patches),
 }
 
+/// What a created object's sketch shows.
+enum Sketched<'e> {
+    /// Skipped by scope, or in scope with no rule that may act: the outcome.
+    Decided(Outcome),
+    /// These rules may act: the whole object is needed.
+    MayAct(Vec<(&'e dyn Rule, Mode)>),
+}
+
 /// A repair's findings and patches, before they are checked to apply.
 struct Patches {
     findings: Vec<Finding>,
@@ -318,12 +326,17 @@ impl Engine {
             Ok(Route::Spec(target)) => (target, true),
             Ok(Route::Status(target)) => (target, false),
         };
+        // The rules the sketch shows may act: the whole object shows the same (the sketch
+        // holds every field `may_apply` reads), so they are not looked for again.
+        let mut sketched_active = None;
         if spec
             && subject.operation == Operation::Create
             && let Some(sketch) = subject.object
-            && let Some(outcome) = self.decided_by_sketch(target, &subject.with(Some(sketch), None))
         {
-            return outcome.named(Some(sketch));
+            match self.decided_by_sketch(target, &subject.with(Some(sketch), None)) {
+                Sketched::Decided(outcome) => return outcome.named(Some(sketch)),
+                Sketched::MayAct(active) => sketched_active = Some(active),
+            }
         }
         let (object, old) = match subject.whole.read_whole() {
             Ok(objects) => objects,
@@ -339,7 +352,7 @@ impl Engine {
             return status::review(self, target, &parsed, cluster).named(object.as_ref());
         }
         let name = object.as_ref().map_or("", document::name).into();
-        let outcome = match self.repair_spec(target, &parsed, cluster) {
+        let outcome = match self.repair_spec(target, &parsed, cluster, sketched_active) {
             Repaired::Done(outcome) => outcome,
             // The object was parsed for this review: it is patched in place to check.
             Repaired::Patches(patches) => {
@@ -353,19 +366,18 @@ impl Engine {
     }
 
     /// The outcome of a created object when its sketch settles it: skipped by scope, or in
-    /// scope with no rule that may act. `None` when a rule may act and the whole object is
-    /// needed.
-    fn decided_by_sketch(
-        &self,
-        target: &'static Target,
-        sketched: &Subject<'_>,
-    ) -> Option<Outcome> {
-        match scope::pod_spec(self, target, sketched) {
-            Err(outcome) => Some(outcome),
-            Ok(in_scope) => run::active(self, &in_scope)
-                .is_empty()
-                .then(|| Outcome::clean(target)),
+    /// scope with no rule that may act. Otherwise the rules that may act, for which the whole
+    /// object is needed.
+    fn decided_by_sketch(&self, target: &'static Target, sketched: &Subject<'_>) -> Sketched<'_> {
+        let in_scope = match scope::pod_spec(self, target, sketched) {
+            Ok(in_scope) => in_scope,
+            Err(outcome) => return Sketched::Decided(outcome),
+        };
+        let active = run::active(self, &in_scope);
+        if active.is_empty() {
+            return Sketched::Decided(Outcome::clean(target));
         }
+        Sketched::MayAct(active)
     }
 
     /// The pod spec rules on a Pod or a pod template.
@@ -375,7 +387,7 @@ impl Engine {
         subject: &Subject<'_>,
         cluster: &dyn ClusterView,
     ) -> Outcome {
-        match self.repair_spec(target, subject, cluster) {
+        match self.repair_spec(target, subject, cluster, None) {
             Repaired::Done(outcome) => outcome,
             Repaired::Patches(patches) => {
                 // Only a repaired object gets here, and it has an object.
@@ -388,18 +400,20 @@ impl Engine {
     }
 
     /// The rules on a spec in scope, up to the patches, which are not yet checked against
-    /// the object: `finish` does, with an object the caller may own.
+    /// the object: `finish` does, with an object the caller may own. `active`: the rules that
+    /// may act, when the object's sketch already showed them.
     fn repair_spec(
         &self,
         target: &'static Target,
         subject: &Subject<'_>,
         cluster: &dyn ClusterView,
+        active: Option<Vec<(&dyn Rule, Mode)>>,
     ) -> Repaired {
         let in_scope = match scope::pod_spec(self, target, subject) {
             Ok(in_scope) => in_scope,
             Err(outcome) => return Repaired::Done(outcome),
         };
-        let active = run::active(self, &in_scope);
+        let active = active.unwrap_or_else(|| run::active(self, &in_scope));
         if active.is_empty() {
             return Repaired::Done(Outcome::clean(target));
         }
