@@ -796,62 +796,91 @@ async fn answer(
             json!({}),
         );
     }
-    let Some((group_version, target)) = parse_path(uri.path()) else {
+    get_response(shared, uri.path(), query)
+}
+
+/// A GET: a list or a watch of a collection, or one object.
+fn get_response(shared: Arc<Shared>, path: &str, query: &HashMap<String, String>) -> Response {
+    let Some((group_version, target)) = parse_path(path) else {
         return not_found();
     };
     match target {
         Target::Collection {
             resource,
             namespace,
-        } => {
-            {
-                let state = shared.lock();
-                match state.collections.get(&resource) {
-                    Some(c) if c.group_version == group_version => {
-                        if namespace.is_some() && !c.namespaced {
-                            return not_found();
-                        }
-                    }
-                    _ => return not_found(),
-                }
-            }
-            let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
-            if watching {
-                watch_response(shared, resource, namespace, query)
-            } else {
-                list_response(&shared, &resource, namespace.as_deref(), query)
-            }
-        }
+        } => collection_response(shared, &group_version, resource, namespace, query),
         Target::Object {
             resource,
             namespace,
             name,
-        } => {
-            let state = shared.lock();
-            let Some(c) = state.collections.get(&resource) else {
-                return not_found();
-            };
-            if c.group_version != group_version || c.namespaced != namespace.is_some() {
-                return not_found();
+        } => object_response(
+            &shared,
+            &group_version,
+            &resource,
+            namespace.as_deref(),
+            &name,
+        ),
+    }
+}
+
+/// A list or, with `watch=1`, a watch of a collection that exists at that group/version.
+fn collection_response(
+    shared: Arc<Shared>,
+    group_version: &str,
+    resource: String,
+    namespace: Option<String>,
+    query: &HashMap<String, String>,
+) -> Response {
+    {
+        let state = shared.lock();
+        match state.collections.get(&resource) {
+            Some(c) if c.group_version == group_version => {
+                if namespace.is_some() && !c.namespaced {
+                    return not_found();
+                }
             }
-            let key = match &namespace {
-                Some(ns) => format!("{ns}/{name}"),
-                None => name.clone(),
-            };
-            match c.objects.get(&key) {
-                Some(object) => (
-                    [(header::CONTENT_TYPE, "application/json")],
-                    with_type_meta(object.clone(), c).to_string(),
-                )
-                    .into_response(),
-                None => status(
-                    StatusCode::NOT_FOUND,
-                    "NotFound",
-                    &format!("{resource} \"{name}\" not found"),
-                    json!({ "name": name, "kind": resource }),
-                ),
-            }
+            _ => return not_found(),
         }
+    }
+    let watching = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    if watching {
+        watch_response(shared, resource, namespace, query)
+    } else {
+        list_response(&shared, &resource, namespace.as_deref(), query)
+    }
+}
+
+/// One object of a collection that exists at that group/version.
+fn object_response(
+    shared: &Shared,
+    group_version: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Response {
+    let state = shared.lock();
+    let Some(c) = state.collections.get(resource) else {
+        return not_found();
+    };
+    if c.group_version != group_version || c.namespaced != namespace.is_some() {
+        return not_found();
+    }
+    let key = match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    };
+    match c.objects.get(&key) {
+        Some(object) => (
+            [(header::CONTENT_TYPE, "application/json")],
+            with_type_meta(object.clone(), c).to_string(),
+        )
+            .into_response(),
+        None => status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{resource} \"{name}\" not found"),
+            json!({ "name": name, "kind": resource }),
+        ),
     }
 }
 
@@ -990,53 +1019,9 @@ fn write_response(shared: &Shared, method: &Method, path: &str, body: &[u8]) -> 
         None => name.clone(),
     };
     let existing = c.objects.get(&key).cloned();
-    let details = json!({ "name": name, "kind": resource });
-    let (mut object, code) = match (method, existing) {
-        (&Method::POST, Some(_)) => {
-            return status(
-                StatusCode::CONFLICT,
-                "AlreadyExists",
-                &format!("{resource} \"{name}\" already exists"),
-                details,
-            );
-        }
-        (&Method::POST, None) => (sent, StatusCode::CREATED),
-        (_, None) => {
-            return status(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                &format!("{resource} \"{name}\" not found"),
-                details,
-            );
-        }
-        (&Method::PUT, Some(stored)) => {
-            let sent_rv = sent.pointer("/metadata/resourceVersion");
-            if sent_rv.is_some() && sent_rv != stored.pointer("/metadata/resourceVersion") {
-                return status(
-                    StatusCode::CONFLICT,
-                    "Conflict",
-                    &format!(
-                        "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
-                    ),
-                    details,
-                );
-            }
-            (sent, StatusCode::OK)
-        }
-        (_, Some(mut stored)) => {
-            let Ok(patch) = serde_json::from_value::<json_patch::Patch>(sent) else {
-                return bad_request("the body is not a JSON Patch");
-            };
-            if let Err(error) = json_patch::patch(&mut stored, &patch) {
-                return status(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Invalid",
-                    &format!("the JSON Patch cannot be applied: {error}"),
-                    details,
-                );
-            }
-            (stored, StatusCode::OK)
-        }
+    let (mut object, code) = match written(method, sent, existing, &resource, &name) {
+        Ok(written) => written,
+        Err(refused) => return *refused,
     };
     if let Some(ns) = &namespace {
         object["metadata"]["namespace"] = Value::String(ns.clone());
@@ -1053,6 +1038,62 @@ fn write_response(shared: &Shared, method: &Method, path: &str, body: &[u8]) -> 
         object.to_string(),
     )
         .into_response()
+}
+
+/// What a write stores and the status it answers with, from what was `sent` and what is
+/// stored under the name: a POST creates, a PUT replaces (if its resourceVersion is current),
+/// a PATCH applies a JSON Patch; or the API server's refusal.
+fn written(
+    method: &Method,
+    sent: Value,
+    existing: Option<Value>,
+    resource: &str,
+    name: &str,
+) -> Result<(Value, StatusCode), Box<Response>> {
+    let details = json!({ "name": name, "kind": resource });
+    match (method, existing) {
+        (&Method::POST, Some(_)) => Err(Box::new(status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            &format!("{resource} \"{name}\" already exists"),
+            details,
+        ))),
+        (&Method::POST, None) => Ok((sent, StatusCode::CREATED)),
+        (_, None) => Err(Box::new(status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("{resource} \"{name}\" not found"),
+            details,
+        ))),
+        (&Method::PUT, Some(stored)) => {
+            let sent_rv = sent.pointer("/metadata/resourceVersion");
+            if sent_rv.is_some() && sent_rv != stored.pointer("/metadata/resourceVersion") {
+                return Err(Box::new(status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on {resource} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                    ),
+                    details,
+                )));
+            }
+            Ok((sent, StatusCode::OK))
+        }
+        (_, Some(mut stored)) => {
+            let Ok(patch) = serde_json::from_value::<json_patch::Patch>(sent) else {
+                return Err(Box::new(bad_request("the body is not a JSON Patch")));
+            };
+            if let Err(error) = json_patch::patch(&mut stored, &patch) {
+                return Err(Box::new(status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &format!("the JSON Patch cannot be applied: {error}"),
+                    details,
+                )));
+            }
+            Ok((stored, StatusCode::OK))
+        }
+    }
 }
 
 /// DELETE of one object, with the preconditions of its `DeleteOptions` body: a UID or
@@ -1343,6 +1384,79 @@ struct Watch {
     deadline: Option<Instant>,
 }
 
+impl Watch {
+    /// The watch's next line: a pending event, or the next ones the stub records, waiting
+    /// until there are some; `None` at the deadline or when the stub stops, an error when
+    /// the test cuts the watch.
+    async fn next_line(mut self) -> Option<(Result<Bytes, std::io::Error>, Self)> {
+        loop {
+            if let Some(line) = self.pending.pop_front() {
+                return Some((Ok(line), self));
+            }
+            self.changed.borrow_and_update();
+            {
+                let state = self.shared.lock();
+                for e in state.events.iter().filter(|e| {
+                    e.resource_version > self.last_rv
+                        && e.resource == self.resource
+                        && (self.namespace.is_none() || e.namespace == self.namespace)
+                        && (self.bookmarks || e.event_type != "BOOKMARK")
+                }) {
+                    self.pending.push_back(event_line(&e.event_type, &e.object));
+                }
+                self.last_rv = self.last_rv.max(state.resource_version);
+            }
+            if !self.pending.is_empty() {
+                continue;
+            }
+            let sleep = async {
+                match self.deadline {
+                    Some(deadline) => tokio::time::sleep_until(deadline).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                res = self.changed.changed() => if res.is_err() { return None },
+                _ = self.cuts.changed() => {
+                    let cut = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "watch cut by the test");
+                    return Some((Err(cut), self));
+                }
+                () = sleep => return None,
+            }
+        }
+    }
+}
+
+/// The events a watch from scratch starts with: a synthetic ADDED for every current object
+/// (in `namespace`, if given), and with `sendInitialEvents` the bookmark that ends them.
+fn initial_events(
+    c: &Collection,
+    namespace: Option<&str>,
+    send_initial: bool,
+    current: u64,
+) -> VecDeque<Bytes> {
+    let mut pending = VecDeque::new();
+    for object in c.objects.values().filter(|o| {
+        namespace.is_none() || o.pointer("/metadata/namespace").and_then(Value::as_str) == namespace
+    }) {
+        pending.push_back(event_line("ADDED", &with_type_meta(object.clone(), c)));
+    }
+    if send_initial {
+        pending.push_back(event_line(
+            "BOOKMARK",
+            &json!({
+                "kind": c.kind,
+                "apiVersion": c.group_version,
+                "metadata": {
+                    "resourceVersion": current.to_string(),
+                    "annotations": { "k8s.io/initial-events-end": "true" },
+                },
+            }),
+        ));
+    }
+    pending
+}
+
 fn event_line(event_type: &str, object: &Value) -> Bytes {
     let mut line = json!({ "type": event_type, "object": object }).to_string();
     line.push('\n');
@@ -1377,27 +1491,7 @@ fn watch_response(
         let current = state.resource_version;
         let from_scratch = send_initial || requested_rv.is_empty() || requested_rv == "0";
         if from_scratch {
-            // "Start at most recent": synthetic ADDED for every current object.
-            for object in c.objects.values().filter(|o| {
-                namespace.is_none()
-                    || o.pointer("/metadata/namespace").and_then(Value::as_str)
-                        == namespace.as_deref()
-            }) {
-                pending.push_back(event_line("ADDED", &with_type_meta(object.clone(), c)));
-            }
-            if send_initial {
-                pending.push_back(event_line(
-                    "BOOKMARK",
-                    &json!({
-                        "kind": c.kind,
-                        "apiVersion": c.group_version,
-                        "metadata": {
-                            "resourceVersion": current.to_string(),
-                            "annotations": { "k8s.io/initial-events-end": "true" },
-                        },
-                    }),
-                ));
-            }
+            pending = initial_events(c, namespace.as_deref(), send_initial, current);
             current
         } else {
             match requested_rv.parse::<u64>() {
@@ -1422,43 +1516,7 @@ fn watch_response(
         cuts,
         deadline,
     };
-    let body = stream::unfold(watch, |mut w| async move {
-        loop {
-            if let Some(line) = w.pending.pop_front() {
-                return Some((Ok::<_, std::io::Error>(line), w));
-            }
-            w.changed.borrow_and_update();
-            {
-                let state = w.shared.lock();
-                for e in state.events.iter().filter(|e| {
-                    e.resource_version > w.last_rv
-                        && e.resource == w.resource
-                        && (w.namespace.is_none() || e.namespace == w.namespace)
-                        && (w.bookmarks || e.event_type != "BOOKMARK")
-                }) {
-                    w.pending.push_back(event_line(&e.event_type, &e.object));
-                }
-                w.last_rv = w.last_rv.max(state.resource_version);
-            }
-            if !w.pending.is_empty() {
-                continue;
-            }
-            let sleep = async {
-                match w.deadline {
-                    Some(deadline) => tokio::time::sleep_until(deadline).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                res = w.changed.changed() => if res.is_err() { return None },
-                _ = w.cuts.changed() => {
-                    let cut = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "watch cut by the test");
-                    return Some((Err(cut), w));
-                }
-                () = sleep => return None,
-            }
-        }
-    });
+    let body = stream::unfold(watch, Watch::next_line);
     (
         [(header::CONTENT_TYPE, "application/json")],
         Body::from_stream(body),

@@ -37,6 +37,93 @@ const NANOS_PER_UNIT: i128 = 1_000_000_000;
 /// independent oracle, so that a misreading of `ParseQuantity` in podmend fails the tests
 /// instead of being shared by them. Do not replace one with the other.
 ///
+/// A quantity's sign, whole digits, fraction digits and suffix (letters from "eEinumkKMGTP",
+/// an optional sign, digits), as `ParseQuantity` splits it; `None` when it has no number or
+/// its suffix is not of that form.
+fn split_quantity(input: &str) -> Option<(bool, &str, &str, &str)> {
+    let bytes = input.as_bytes();
+    let mut i = 0;
+    let mut negative = false;
+    if let Some(&first) = bytes.first()
+        && (first == b'+' || first == b'-')
+    {
+        negative = first == b'-';
+        i = 1;
+    }
+    let whole_start = i;
+    while i < bytes.len() && bytes[i].is_ascii_digit() {
+        i += 1;
+    }
+    let whole = &input[whole_start..i];
+    let mut fraction = "";
+    if i < bytes.len() && bytes[i] == b'.' {
+        i += 1;
+        let fraction_start = i;
+        while i < bytes.len() && bytes[i].is_ascii_digit() {
+            i += 1;
+        }
+        fraction = &input[fraction_start..i];
+    }
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+
+    // The suffix: letters from "eEinumkKMGTP", then an optional sign, then digits.
+    let suffix = &input[i..];
+    let sb = suffix.as_bytes();
+    let mut j = 0;
+    while j < sb.len() && b"eEinumkKMGTP".contains(&sb[j]) {
+        j += 1;
+    }
+    if j < sb.len() && (sb[j] == b'+' || sb[j] == b'-') {
+        j += 1;
+    }
+    while j < sb.len() && sb[j].is_ascii_digit() {
+        j += 1;
+    }
+    if j != sb.len() {
+        return None;
+    }
+
+    Some((negative, whole, fraction, suffix))
+}
+
+/// A quantity's multiplier: a power of ten, or of 1024.
+enum Multiplier {
+    Decimal(i64),
+    Binary(u32),
+}
+
+impl Multiplier {
+    /// The multiplier a suffix names; `None` for a suffix `ParseQuantity` refuses.
+    fn of_suffix(suffix: &str) -> Option<Multiplier> {
+        Some(match suffix {
+            "n" => Multiplier::Decimal(-9),
+            "u" => Multiplier::Decimal(-6),
+            "m" => Multiplier::Decimal(-3),
+            "" => Multiplier::Decimal(0),
+            "k" => Multiplier::Decimal(3),
+            "M" => Multiplier::Decimal(6),
+            "G" => Multiplier::Decimal(9),
+            "T" => Multiplier::Decimal(12),
+            "P" => Multiplier::Decimal(15),
+            "E" => Multiplier::Decimal(18),
+            "Ki" => Multiplier::Binary(1),
+            "Mi" => Multiplier::Binary(2),
+            "Gi" => Multiplier::Binary(3),
+            "Ti" => Multiplier::Binary(4),
+            "Pi" => Multiplier::Binary(5),
+            "Ei" => Multiplier::Binary(6),
+            s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
+                // Go: strconv.ParseInt(suffix[1:], 10, 64), then a plain int32 conversion.
+                let exponent: i64 = s[1..].parse().ok()?;
+                Multiplier::Decimal(i64::from(exponent as i32))
+            }
+            _ => return None,
+        })
+    }
+}
+
 /// Parsing follows `resource.ParseQuantity` (`k8s.io/apimachinery/pkg/api/resource/quantity.go`):
 ///
 /// ```text
@@ -68,79 +155,8 @@ impl Quantity {
                  '^([+-]?[0-9.]+)([eEinumkKMGTPE]*[-+]?[0-9]*)$'"
             )
         };
-        let bytes = input.as_bytes();
-        let mut i = 0;
-        let mut negative = false;
-        if let Some(&first) = bytes.first()
-            && (first == b'+' || first == b'-')
-        {
-            negative = first == b'-';
-            i = 1;
-        }
-        let whole_start = i;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
-            i += 1;
-        }
-        let whole = &input[whole_start..i];
-        let mut fraction = "";
-        if i < bytes.len() && bytes[i] == b'.' {
-            i += 1;
-            let fraction_start = i;
-            while i < bytes.len() && bytes[i].is_ascii_digit() {
-                i += 1;
-            }
-            fraction = &input[fraction_start..i];
-        }
-        if whole.is_empty() && fraction.is_empty() {
-            return Err(bad());
-        }
-
-        // The suffix: letters from "eEinumkKMGTP", then an optional sign, then digits.
-        let suffix = &input[i..];
-        let sb = suffix.as_bytes();
-        let mut j = 0;
-        while j < sb.len() && b"eEinumkKMGTP".contains(&sb[j]) {
-            j += 1;
-        }
-        if j < sb.len() && (sb[j] == b'+' || sb[j] == b'-') {
-            j += 1;
-        }
-        while j < sb.len() && sb[j].is_ascii_digit() {
-            j += 1;
-        }
-        if j != sb.len() {
-            return Err(bad());
-        }
-
-        enum Multiplier {
-            Decimal(i64),
-            Binary(u32),
-        }
-        let multiplier = match suffix {
-            "n" => Multiplier::Decimal(-9),
-            "u" => Multiplier::Decimal(-6),
-            "m" => Multiplier::Decimal(-3),
-            "" => Multiplier::Decimal(0),
-            "k" => Multiplier::Decimal(3),
-            "M" => Multiplier::Decimal(6),
-            "G" => Multiplier::Decimal(9),
-            "T" => Multiplier::Decimal(12),
-            "P" => Multiplier::Decimal(15),
-            "E" => Multiplier::Decimal(18),
-            "Ki" => Multiplier::Binary(1),
-            "Mi" => Multiplier::Binary(2),
-            "Gi" => Multiplier::Binary(3),
-            "Ti" => Multiplier::Binary(4),
-            "Pi" => Multiplier::Binary(5),
-            "Ei" => Multiplier::Binary(6),
-            s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
-                // Go: strconv.ParseInt(suffix[1:], 10, 64), then a plain int32 conversion.
-                let exponent: i64 = s[1..].parse().map_err(|_| bad())?;
-                Multiplier::Decimal(i64::from(exponent as i32))
-            }
-            _ => return Err(bad()),
-        };
-
+        let (negative, whole, fraction, suffix) = split_quantity(input).ok_or_else(bad)?;
+        let multiplier = Multiplier::of_suffix(suffix).ok_or_else(bad)?;
         // value = digits * 10^exponent, exactly, as a big decimal digit string.
         let mut digits: Vec<u8> = whole
             .bytes()
@@ -156,9 +172,15 @@ impl Quantity {
                 }
             }
         }
+        Ok(Quantity::of_digits(negative, digits, exponent))
+    }
+
+    /// `±digits × 10^exponent`, rounded up (away from zero) to a whole nano-unit and its
+    /// magnitude capped at 2^63-1, as `ParseQuantity` does.
+    fn of_digits(negative: bool, mut digits: Vec<u8>, mut exponent: i64) -> Quantity {
         let first_nonzero = digits.iter().position(|&d| d != 0);
         let Some(first_nonzero) = first_nonzero else {
-            return Ok(Quantity::ZERO);
+            return Quantity::ZERO;
         };
         digits.drain(..first_nonzero);
 
@@ -194,9 +216,9 @@ impl Quantity {
             }
             n.min(cap)
         };
-        Ok(Quantity {
+        Quantity {
             nanos: if negative { -magnitude } else { magnitude },
-        })
+        }
     }
 
     /// Decodes a quantity from its JSON form the way `Quantity.UnmarshalJSON` does: `null` is
@@ -953,6 +975,40 @@ pub fn verify_admission_response(
     body: &Value,
     mutating: bool,
 ) -> Result<Option<Vec<u8>>, String> {
+    let response = admission_response(request_uid, body)?;
+    check_response_field_types(response)?;
+    let (patch, patch_type) = patch_and_type(response)?;
+    if !mutating {
+        if !patch.is_empty() {
+            return Err("validating webhook may not return response.patch".to_string());
+        }
+        if patch_type.is_some() {
+            return Err("validating webhook may not return response.patchType".to_string());
+        }
+        return Ok(None);
+    }
+    if !patch.is_empty() && patch_type.is_none() {
+        return Err("webhook returned response.patch but not response.patchType".to_string());
+    }
+    if patch.is_empty() && patch_type.is_some() {
+        return Err("webhook returned response.patchType but not response.patch".to_string());
+    }
+    match patch_type {
+        None => return Ok(None),
+        Some("") => return Err("webhook returned invalid response.patchType of \"\"".to_string()),
+        Some("JSONPatch") => {}
+        Some(other) => return Err(format!("unsupported patch type {other:?}")),
+    }
+    decode_json_patch(&patch)?;
+    Ok(Some(patch))
+}
+
+/// The `response` of an AdmissionReview answering the request `request_uid`, once its
+/// envelope (`apiVersion`, `kind`), `uid` and `allowed` are as the API server requires.
+fn admission_response<'a>(
+    request_uid: &str,
+    body: &'a Value,
+) -> Result<&'a serde_json::Map<String, Value>, String> {
     let Some(body) = body.as_object() else {
         return Err("webhook response body is not a JSON object".to_string());
     };
@@ -1002,6 +1058,12 @@ pub fn verify_admission_response(
             ));
         }
     }
+    Ok(response)
+}
+
+/// The optional fields of a response, when present, have the JSON types the API server
+/// decodes them into; the first that does not is the error.
+fn check_response_field_types(response: &serde_json::Map<String, Value>) -> Result<(), String> {
     let mut decode_errs = Vec::new();
     expect_type(
         response.get("warnings"),
@@ -1039,10 +1101,16 @@ pub fn verify_admission_response(
             );
         }
     }
-    if let Some(e) = decode_errs.into_iter().next() {
-        return Err(e);
+    match decode_errs.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
+}
 
+/// The response's patch, base64-decoded (empty when absent), and its `patchType`.
+fn patch_and_type(
+    response: &serde_json::Map<String, Value>,
+) -> Result<(Vec<u8>, Option<&str>), String> {
     let patch: Vec<u8> = match response.get("patch") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::String(s)) => {
@@ -1067,29 +1135,7 @@ pub fn verify_admission_response(
         }
     };
 
-    if !mutating {
-        if !patch.is_empty() {
-            return Err("validating webhook may not return response.patch".to_string());
-        }
-        if patch_type.is_some() {
-            return Err("validating webhook may not return response.patchType".to_string());
-        }
-        return Ok(None);
-    }
-    if !patch.is_empty() && patch_type.is_none() {
-        return Err("webhook returned response.patch but not response.patchType".to_string());
-    }
-    if patch.is_empty() && patch_type.is_some() {
-        return Err("webhook returned response.patchType but not response.patch".to_string());
-    }
-    match patch_type {
-        None => return Ok(None),
-        Some("") => return Err("webhook returned invalid response.patchType of \"\"".to_string()),
-        Some("JSONPatch") => {}
-        Some(other) => return Err(format!("unsupported patch type {other:?}")),
-    }
-    decode_json_patch(&patch)?;
-    Ok(Some(patch))
+    Ok((patch, patch_type))
 }
 
 /// Go's `encoding/json` decoding of a `[]byte` from a JSON string: `base64.StdEncoding.Decode`,
