@@ -17,6 +17,7 @@ use podmend::admission::{self, AdmissionDecision, Webhook};
 use podmend::cluster::StaticCluster;
 use podmend::config::{Config, Mode};
 use podmend::engine::{Engine, Skip};
+use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
 use cases::{Case, Expect, NODE, VIRTUAL_NODE, cases, status_cases};
@@ -27,8 +28,12 @@ const GROUP: &str = "admission_review";
 const STAGES_GROUP: &str = "admission_stages";
 /// `UPDATE pods/status` with `virtual-node-phase`: `target/criterion/<STATUS_GROUP>/<case>/`.
 const STATUS_GROUP: &str = "pod_status";
-/// The cases the breakdown covers.
-const STAGED_CASES: &[&str] = &["pod-create-untouched", "pod-create-nodename"];
+/// The cases the breakdown covers: the typical pod, one repair, and the limit bench's repair.
+const STAGED_CASES: &[&str] = &[
+    "pod-create-untouched",
+    "pod-create-nodename",
+    "pod-create-agent-pinned",
+];
 
 /// What the webhook's handler does between reading the body and answering it.
 fn mutate(engine: &Engine, cluster: &StaticCluster, body: &[u8]) -> Vec<u8> {
@@ -109,6 +114,14 @@ fn bench_reviews(c: &mut Criterion) {
         });
         stages.bench_function(BenchmarkId::new("review", case.name), |b| {
             b.iter(|| engine.review_raw(&black_box(&request).subject(), &cluster))
+        });
+        // Two references, not stages: serde_json reading the body without building anything
+        // (the floor of any serde_json pass), and building all of it as a `Value`.
+        stages.bench_function(BenchmarkId::new("scan", case.name), |b| {
+            b.iter(|| serde_json::from_slice::<IgnoredAny>(black_box(&case.body)))
+        });
+        stages.bench_function(BenchmarkId::new("value", case.name), |b| {
+            b.iter(|| serde_json::from_slice::<Value>(black_box(&case.body)))
         });
         stages.bench_function(BenchmarkId::new("respond", case.name), |b| {
             b.iter(|| {
