@@ -641,12 +641,7 @@ fn status(code: StatusCode, reason: &str, message: &str, details: Value) -> Resp
         "details": details,
         "code": code.as_u16(),
     });
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    json_response(code, &body)
 }
 
 fn not_found() -> Response {
@@ -870,11 +865,7 @@ fn object_response(
         None => name.to_string(),
     };
     match c.objects.get(&key) {
-        Some(object) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            with_type_meta(object.clone(), c).to_string(),
-        )
-            .into_response(),
+        Some(object) => json_response(StatusCode::OK, &with_type_meta(object.clone(), c)),
         None => status(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -952,16 +943,10 @@ fn apply_response(
     } else {
         StatusCode::CREATED
     };
-    let object = with_type_meta(object, c);
-    c.objects.insert(key, object.clone());
+    let object = store(c, key, object);
     drop(state);
     shared.changed.send_replace(rv);
-    (
-        code,
-        [(header::CONTENT_TYPE, "application/json")],
-        object.to_string(),
-    )
-        .into_response()
+    json_response(code, &object)
 }
 
 /// POST (create: 409 AlreadyExists if present), PUT (replace: 409 Conflict unless
@@ -1027,15 +1012,26 @@ fn write_response(shared: &Shared, method: &Method, path: &str, body: &[u8]) -> 
         object["metadata"]["namespace"] = Value::String(ns.clone());
     }
     set_resource_version(&mut object, rv);
-    let object = with_type_meta(object, c);
-    c.objects.insert(key, object.clone());
+    let object = store(c, key, object);
     state.resource_version = rv;
     drop(state);
     shared.changed.send_replace(rv);
+    json_response(code, &object)
+}
+
+/// Stores `object` under `key` with the collection's type meta, and returns what was stored.
+fn store(c: &mut Collection, key: String, object: Value) -> Value {
+    let object = with_type_meta(object, c);
+    c.objects.insert(key, object.clone());
+    object
+}
+
+/// A JSON answer.
+fn json_response(code: StatusCode, body: &Value) -> Response {
     (
         code,
         [(header::CONTENT_TYPE, "application/json")],
-        object.to_string(),
+        body.to_string(),
     )
         .into_response()
 }
@@ -1188,11 +1184,7 @@ fn delete_response(shared: &Shared, path: &str, body: &[u8]) -> Response {
     });
     drop(state);
     shared.changed.send_replace(rv);
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        object.to_string(),
-    )
-        .into_response()
+    json_response(StatusCode::OK, &object)
 }
 
 /// A `labelSelector` as the API server reads it: `k=v`, `k==v`, `k!=v`, `k`, `!k`, joined
@@ -1364,11 +1356,7 @@ fn list_response(
         "metadata": metadata,
         "items": items,
     });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    json_response(StatusCode::OK, &body)
 }
 
 /// One open watch: what it filters on and what it still has to send.
