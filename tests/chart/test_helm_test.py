@@ -122,9 +122,24 @@ class Webhook:
 
 @contextmanager
 def podmend_serve(pki: Pki, config: str, work: Path, client_ca: bool) -> Iterator[Webhook]:
-    """`podmend serve` on localhost with the chart's config; --client-ca when asked."""
-    port, metrics = free_port(), free_port()
+    """`podmend serve` on localhost with the chart's config; --client-ca when asked.
+
+    A free port can be taken by another test between `free_port` and podmend's bind: then it
+    starts again on other ports, as tests/common/server.rs does."""
     (work / "config.yaml").write_text(config)
+    for attempt in range(5):
+        port, metrics = free_port(), free_port()
+        process = start_podmend(pki, work, client_ca, port, metrics)
+        try:
+            if wait_ready(process, work, metrics, retry_if_taken=attempt < 4):
+                yield Webhook(f"https://localhost:{port}", process)
+                return
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def start_podmend(pki: Pki, work: Path, client_ca: bool, port: int, metrics: int) -> subprocess.Popen:
     args = [
         str(podmend_bin()), "serve", f"--listen=127.0.0.1:{port}", f"--metrics-listen=127.0.0.1:{metrics}",
         f"--tls-cert={pki.webhook / 'tls.crt'}", f"--tls-key={pki.webhook / 'tls.key'}", f"--config={work / 'config.yaml'}",
@@ -134,25 +149,28 @@ def podmend_serve(pki: Pki, config: str, work: Path, client_ca: bool) -> Iterato
         args.append(f"--client-ca={pki.client / 'ca.crt'}")
     # No kubeconfig and no in-cluster variables: cluster look-ups off.
     env = {"PATH": os.environ["PATH"], "HOME": str(work), "RUST_LOG": "warn"}
-    log = (work / "podmend.log").open("w")
-    process = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert process.poll() is None, f"podmend serve exited: {(work / 'podmend.log').read_text()}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/readyz", timeout=1) as ready:
-                    if ready.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, f"podmend serve not ready: {(work / 'podmend.log').read_text()}"
-            time.sleep(0.05)
-        yield Webhook(f"https://localhost:{port}", process)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
+    with (work / "podmend.log").open("w") as log:
+        return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def wait_ready(process: subprocess.Popen, work: Path, metrics: int, retry_if_taken: bool) -> bool:
+    """Whether podmend answered /readyz within 20 s; False if it exited because another
+    process took one of its ports (and a retry is allowed); otherwise the test fails."""
+    deadline = time.monotonic() + 20
+    while True:
+        if process.poll() is not None:
+            log = (work / "podmend.log").read_text()
+            if retry_if_taken and "Address already in use" in log:
+                return False
+            raise AssertionError(f"podmend serve exited: {log}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/readyz", timeout=1) as ready:
+                if ready.status == 200:
+                    return True
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"podmend serve not ready: {(work / 'podmend.log').read_text()}"
+        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------
