@@ -104,7 +104,7 @@ fn bench_reviews(c: &mut Criterion) {
     group.finish();
 
     // The same path cut into its three stages, for the typical pod with nothing to repair
-    // and with a repair: where the time goes, measured rather than guessed.
+    // and two repairs: where the time goes, measured rather than guessed.
     let mut stages = c.benchmark_group(STAGES_GROUP);
     for case in cases.iter().filter(|c| STAGED_CASES.contains(&c.name)) {
         let request = admission::decode(&case.body).expect("the body decodes");

@@ -250,6 +250,13 @@ enum Repaired {
     Patches(Patches),
 }
 
+/// Whether two lists name the same rules in the same modes.
+fn same_rules(a: &[(&dyn Rule, Mode)], b: &[(&dyn Rule, Mode)]) -> bool {
+    a.iter()
+        .map(|(rule, mode)| (rule.id(), *mode))
+        .eq(b.iter().map(|(rule, mode)| (rule.id(), *mode)))
+}
+
 /// What a created object's sketch shows.
 enum Sketched<'e> {
     /// Skipped by scope, or in scope with no rule that may act: the outcome.
@@ -413,7 +420,16 @@ impl Engine {
             Ok(in_scope) => in_scope,
             Err(outcome) => return Repaired::Done(outcome),
         };
-        let active = active.unwrap_or_else(|| run::active(self, &in_scope));
+        let active = match active {
+            Some(sketched) => {
+                debug_assert!(
+                    same_rules(&sketched, &run::active(self, &in_scope)),
+                    "the sketch and the whole object disagree on the rules that may act"
+                );
+                sketched
+            }
+            None => run::active(self, &in_scope),
+        };
         if active.is_empty() {
             return Repaired::Done(Outcome::clean(target));
         }

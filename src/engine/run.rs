@@ -127,8 +127,8 @@ impl Ran {
     }
 
     /// Keeps the applied state (enforce-mode repairs only) in step with a rule that changed
-    /// the repaired one: `before` is the repaired spec before the rule, and whether a rule
-    /// had touched it.
+    /// the repaired one, and parts the two states when that rule only warns: `before` is the
+    /// repaired spec before the rule, `touched_before` whether a rule had touched it.
     fn follow_in_applied(
         &mut self,
         (rule, mode): (&dyn Rule, Mode),

@@ -615,7 +615,7 @@ async fn exchange(
 }
 
 /// The request's half of [`exchange`]: copies the body up, then watches the client until
-/// the response is done. Returns whether the daemon stopped reading the body; notifies
+/// the response is done. Returns whether the body did not reach the daemon whole; notifies
 /// `client_gone` when the client hangs up or its body cannot be read.
 async fn send_body(
     client_in: &mut ClientIn,

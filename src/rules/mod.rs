@@ -85,7 +85,8 @@ pub trait Rule: Send + Sync {
     fn modes(&self) -> Modes;
     /// A cheap look at the raw spec: false when `repair` could not find anything, so most
     /// pods never pay for a typed decode. It may read podmend's own annotations
-    /// (`podmend.io/…`) but no others: the sketch it is given keeps no others.
+    /// (`podmend.io/…`) but no others, and only the spec fields `engine::document`'s sketch
+    /// keeps: the webhook decides on the sketch which rules run on the whole object.
     fn may_apply(&self, raw_spec: &Value, meta: &PodMeta) -> bool;
     /// Repairs `spec` in place and returns one short message per change (≤ 120 characters
     /// where possible); an empty list means there was nothing to repair.

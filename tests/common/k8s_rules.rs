@@ -37,93 +37,6 @@ const NANOS_PER_UNIT: i128 = 1_000_000_000;
 /// independent oracle, so that a misreading of `ParseQuantity` in podmend fails the tests
 /// instead of being shared by them. Do not replace one with the other.
 ///
-/// A quantity's sign, whole digits, fraction digits and suffix (letters from "eEinumkKMGTP",
-/// an optional sign, digits), as `ParseQuantity` splits it; `None` when it has no number or
-/// its suffix is not of that form.
-fn split_quantity(input: &str) -> Option<(bool, &str, &str, &str)> {
-    let bytes = input.as_bytes();
-    let mut i = 0;
-    let mut negative = false;
-    if let Some(&first) = bytes.first()
-        && (first == b'+' || first == b'-')
-    {
-        negative = first == b'-';
-        i = 1;
-    }
-    let whole_start = i;
-    while i < bytes.len() && bytes[i].is_ascii_digit() {
-        i += 1;
-    }
-    let whole = &input[whole_start..i];
-    let mut fraction = "";
-    if i < bytes.len() && bytes[i] == b'.' {
-        i += 1;
-        let fraction_start = i;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
-            i += 1;
-        }
-        fraction = &input[fraction_start..i];
-    }
-    if whole.is_empty() && fraction.is_empty() {
-        return None;
-    }
-
-    // The suffix: letters from "eEinumkKMGTP", then an optional sign, then digits.
-    let suffix = &input[i..];
-    let sb = suffix.as_bytes();
-    let mut j = 0;
-    while j < sb.len() && b"eEinumkKMGTP".contains(&sb[j]) {
-        j += 1;
-    }
-    if j < sb.len() && (sb[j] == b'+' || sb[j] == b'-') {
-        j += 1;
-    }
-    while j < sb.len() && sb[j].is_ascii_digit() {
-        j += 1;
-    }
-    if j != sb.len() {
-        return None;
-    }
-
-    Some((negative, whole, fraction, suffix))
-}
-
-/// A quantity's multiplier: a power of ten, or of 1024.
-enum Multiplier {
-    Decimal(i64),
-    Binary(u32),
-}
-
-impl Multiplier {
-    /// The multiplier a suffix names; `None` for a suffix `ParseQuantity` refuses.
-    fn of_suffix(suffix: &str) -> Option<Multiplier> {
-        Some(match suffix {
-            "n" => Multiplier::Decimal(-9),
-            "u" => Multiplier::Decimal(-6),
-            "m" => Multiplier::Decimal(-3),
-            "" => Multiplier::Decimal(0),
-            "k" => Multiplier::Decimal(3),
-            "M" => Multiplier::Decimal(6),
-            "G" => Multiplier::Decimal(9),
-            "T" => Multiplier::Decimal(12),
-            "P" => Multiplier::Decimal(15),
-            "E" => Multiplier::Decimal(18),
-            "Ki" => Multiplier::Binary(1),
-            "Mi" => Multiplier::Binary(2),
-            "Gi" => Multiplier::Binary(3),
-            "Ti" => Multiplier::Binary(4),
-            "Pi" => Multiplier::Binary(5),
-            "Ei" => Multiplier::Binary(6),
-            s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
-                // Go: strconv.ParseInt(suffix[1:], 10, 64), then a plain int32 conversion.
-                let exponent: i64 = s[1..].parse().ok()?;
-                Multiplier::Decimal(i64::from(exponent as i32))
-            }
-            _ => return None,
-        })
-    }
-}
-
 /// Parsing follows `resource.ParseQuantity` (`k8s.io/apimachinery/pkg/api/resource/quantity.go`):
 ///
 /// ```text
@@ -285,6 +198,93 @@ impl Quantity {
         Quantity {
             nanos: i128::from(self.milli_value()) * 1_000_000,
         }
+    }
+}
+
+/// A quantity's sign, whole digits, fraction digits and suffix (letters from "eEinumkKMGTP",
+/// an optional sign, digits), as `ParseQuantity` splits it; `None` when it has no number or
+/// its suffix is not of that form.
+fn split_quantity(input: &str) -> Option<(bool, &str, &str, &str)> {
+    let bytes = input.as_bytes();
+    let mut i = 0;
+    let mut negative = false;
+    if let Some(&first) = bytes.first()
+        && (first == b'+' || first == b'-')
+    {
+        negative = first == b'-';
+        i = 1;
+    }
+    let whole_start = i;
+    while i < bytes.len() && bytes[i].is_ascii_digit() {
+        i += 1;
+    }
+    let whole = &input[whole_start..i];
+    let mut fraction = "";
+    if i < bytes.len() && bytes[i] == b'.' {
+        i += 1;
+        let fraction_start = i;
+        while i < bytes.len() && bytes[i].is_ascii_digit() {
+            i += 1;
+        }
+        fraction = &input[fraction_start..i];
+    }
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+
+    // The suffix: letters from "eEinumkKMGTP", then an optional sign, then digits.
+    let suffix = &input[i..];
+    let sb = suffix.as_bytes();
+    let mut j = 0;
+    while j < sb.len() && b"eEinumkKMGTP".contains(&sb[j]) {
+        j += 1;
+    }
+    if j < sb.len() && (sb[j] == b'+' || sb[j] == b'-') {
+        j += 1;
+    }
+    while j < sb.len() && sb[j].is_ascii_digit() {
+        j += 1;
+    }
+    if j != sb.len() {
+        return None;
+    }
+
+    Some((negative, whole, fraction, suffix))
+}
+
+/// A quantity's multiplier: a power of ten, or of 1024.
+enum Multiplier {
+    Decimal(i64),
+    Binary(u32),
+}
+
+impl Multiplier {
+    /// The multiplier a suffix names; `None` for a suffix `ParseQuantity` refuses.
+    fn of_suffix(suffix: &str) -> Option<Multiplier> {
+        Some(match suffix {
+            "n" => Multiplier::Decimal(-9),
+            "u" => Multiplier::Decimal(-6),
+            "m" => Multiplier::Decimal(-3),
+            "" => Multiplier::Decimal(0),
+            "k" => Multiplier::Decimal(3),
+            "M" => Multiplier::Decimal(6),
+            "G" => Multiplier::Decimal(9),
+            "T" => Multiplier::Decimal(12),
+            "P" => Multiplier::Decimal(15),
+            "E" => Multiplier::Decimal(18),
+            "Ki" => Multiplier::Binary(1),
+            "Mi" => Multiplier::Binary(2),
+            "Gi" => Multiplier::Binary(3),
+            "Ti" => Multiplier::Binary(4),
+            "Pi" => Multiplier::Binary(5),
+            "Ei" => Multiplier::Binary(6),
+            s if s.len() > 1 && (s.starts_with('e') || s.starts_with('E')) => {
+                // Go: strconv.ParseInt(suffix[1:], 10, 64), then a plain int32 conversion.
+                let exponent: i64 = s[1..].parse().ok()?;
+                Multiplier::Decimal(i64::from(exponent as i32))
+            }
+            _ => return None,
+        })
     }
 }
 
