@@ -37,18 +37,17 @@ fn metric(server: &Server, series: &str) -> u64 {
         .sum()
 }
 
-/// `series` once it has reached `expected`, or as it stands after 5 s. A connection's own
-/// counters (its errors, its handshake's failure) are recorded as the server finishes with
+/// Asserts that `series` reaches exactly `expected`, waiting up to 5 s for it: a connection's
+/// own counters (its errors, its handshake's failure) are recorded as the server finishes with
 /// it, which can be just after the client has seen it closed.
-async fn metric_once_counted(server: &Server, series: &str, expected: u64) -> u64 {
+async fn assert_counted(server: &Server, series: &str, expected: u64) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let value = metric(server, series);
-        if value >= expected || Instant::now() >= deadline {
-            return value;
-        }
+    let mut value = metric(server, series);
+    while value < expected && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+        value = metric(server, series);
     }
+    assert_eq!(value, expected, "{series}");
 }
 
 fn bad_requests(reason: &str) -> String {
@@ -484,10 +483,7 @@ async fn plain_http_to_the_tls_port_gets_a_plain_http_400_saying_so_and_is_count
             text.contains("this port speaks HTTPS (TLS), not plain HTTP: use an https:// URL"),
             "{text}"
         );
-        assert_eq!(
-            metric_once_counted(&server, counted, before + 1).await,
-            before + 1
-        );
+        assert_counted(&server, counted, before + 1).await;
     }
     assert_healthy(&server, H1, "plain HTTP").await;
 }
@@ -545,10 +541,7 @@ async fn headers_sent_slower_than_the_timeout_are_cut_off_without_an_answer_and_
         elapsed >= TIMEOUT && elapsed < TIMEOUT + Duration::from_secs(4),
         "cut off after {elapsed:?}"
     );
-    assert_eq!(
-        metric_once_counted(&server, counted, before + 1).await,
-        before + 1
-    );
+    assert_counted(&server, counted, before + 1).await;
     assert_healthy(&server, H1, "a slow header").await;
 }
 
@@ -577,14 +570,8 @@ async fn silent_connections_are_dropped_after_the_timeouts_and_counted() {
     );
     assert!(tcp_bytes.is_empty() && h1_bytes.is_empty());
     assert!(elapsed >= TIMEOUT, "{elapsed:?}");
-    assert_eq!(
-        metric_once_counted(&server, handshake, handshakes + 1).await,
-        handshakes + 1
-    );
-    assert_eq!(
-        metric_once_counted(&server, header, headers + 2).await,
-        headers + 2
-    );
+    assert_counted(&server, handshake, handshakes + 1).await;
+    assert_counted(&server, header, headers + 2).await;
     assert_healthy(&server, H2, "silent connections").await;
 }
 
@@ -694,10 +681,7 @@ async fn a_malformed_request_head_gets_hypers_400_and_is_counted() {
     assert_eq!(end, End::Closed);
     // hyper answers a head it cannot parse itself, with an empty body.
     assert_eq!(parse_response(&answer).0, 400);
-    assert_eq!(
-        metric_once_counted(&server, counted, before + 1).await,
-        before + 1
-    );
+    assert_counted(&server, counted, before + 1).await;
     assert_healthy(&server, H1, "a malformed head").await;
 }
 
