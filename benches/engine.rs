@@ -1,6 +1,7 @@
 //! The whole admission path inside the library, per object type, from request bytes to
 //! response bytes: exactly what `server::handlers::review` does, minus HTTP, metrics and
-//! logging. Run with `cargo bench --bench engine`; the figures are in BENCHMARKS.md.
+//! logging. Run with `cargo bench --bench engine`; the figures are in BENCHMARKS.md. The last
+//! group, `log_line`, prices the logging apart: the handler's one line per decision.
 //!
 //! The request bodies are built once, before any timing, from the captures in
 //! `tests/fixtures/`; each case's answer is checked once so a bench can never quietly
@@ -17,6 +18,8 @@ use podmend::admission::{self, AdmissionDecision, Webhook};
 use podmend::cluster::StaticCluster;
 use podmend::config::{Config, Mode};
 use podmend::engine::{Engine, Skip};
+use podmend::server::handlers::AdmissionLine;
+use podmend::telemetry::{self, LogFormat};
 use serde::de::IgnoredAny;
 use serde_json::{Value, json};
 
@@ -28,6 +31,8 @@ const GROUP: &str = "admission_review";
 const STAGES_GROUP: &str = "admission_stages";
 /// `UPDATE pods/status` with `virtual-node-phase`: `target/criterion/<STATUS_GROUP>/<case>/`.
 const STATUS_GROUP: &str = "pod_status";
+/// The decision's log line, as `serve` writes it: `target/criterion/<LOG_GROUP>/<case>/`.
+const LOG_GROUP: &str = "log_line";
 /// The cases the breakdown covers: the typical pod, one repair, and the limit bench's repair.
 const STAGED_CASES: &[&str] = &[
     "pod-create-untouched",
@@ -157,12 +162,43 @@ fn bench_reviews(c: &mut Criterion) {
     status.finish();
 }
 
+/// The handler's log line for the typical pod and for the limit bench's repair, through the
+/// subscriber `serve` installs (text, batched; its thread writes to a sink here). It installs
+/// the process's global subscriber, so it runs after the groups that time the engine alone.
+fn bench_log_line(c: &mut Criterion) {
+    let _guard = telemetry::init_batched(LogFormat::Text, std::io::sink());
+    let allowed = AdmissionLine {
+        webhook: "mutate",
+        uid: "705ab4f5-6393-11e8-b7cc-42010a800002",
+        kind: "Pod",
+        namespace: "default",
+        name: "echo-server-7d9c5b6f4-",
+        operation: "CREATE",
+        result: "allowed",
+        rules: &[],
+        skipped: "",
+        duration_us: 12,
+    };
+    let patched = AdmissionLine {
+        namespace: "pinniped-concierge",
+        name: "pinniped-concierge-kube-cert-agent-6b5d8c9f7-",
+        result: "patched",
+        rules: &["node-affinity", "agent-requests"],
+        duration_us: 41,
+        ..allowed
+    };
+    let mut group = c.benchmark_group(LOG_GROUP);
+    group.bench_function("allowed", |b| b.iter(|| black_box(&allowed).log()));
+    group.bench_function("patched", |b| b.iter(|| black_box(&patched).log()));
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(50);
-    targets = bench_reviews
+    targets = bench_reviews, bench_log_line
 }
 criterion_main!(benches);

@@ -125,20 +125,19 @@ impl<'a> Request<'a> {
     /// `metadata.name`, or `generateName` for objects the API server has not named yet (the
     /// request's `name` is empty for those). `read` is that name as the review read it
     /// ([`Outcome::name`]).
-    pub fn object_name(&self, read: Option<&str>) -> String {
+    pub fn object_name<'r>(&'r self, read: Option<&'r str>) -> &'r str {
         if let Some(name) = self.inner.name.as_deref().filter(|n| !n.is_empty()) {
-            return name.to_string();
+            return name;
         }
         if let Some(read) = read {
-            return read.to_string();
+            return read;
         }
         // A request routed away before the review read its object (a DELETE, a subresource).
         self.inner
             .object_sketch
             .as_ref()
             .or(self.inner.old_object_sketch.as_ref())
-            .map(|object| document::name(object).to_string())
-            .unwrap_or_default()
+            .map_or("", document::name)
     }
 }
 

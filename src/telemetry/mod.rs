@@ -50,19 +50,31 @@ pub enum LogWriter {
 /// Installs the global subscriber; `RUST_LOG` overrides the default `info` level. Keep the
 /// returned guard until the process ends: dropping it writes out the lines still buffered.
 pub fn init(format: LogFormat, writer: LogWriter) -> Option<LogGuard> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::stderr().is_terminal();
     match writer {
         LogWriter::Direct => {
-            install(format, filter, ansi, std::io::stderr);
+            install(format, filter(), ansi, std::io::stderr);
             None
         }
         LogWriter::Batched => {
             let (writer, guard) = BatchWriter::spawn(std::io::stderr());
-            install(format, filter, ansi, writer);
+            install(format, filter(), ansi, writer);
             Some(guard)
         }
     }
+}
+
+/// Installs the global subscriber as `serve` does, lines batched, written to `out` in no
+/// colour: the log line's benchmark writes them to a sink.
+pub fn init_batched<W: Write + Send + 'static>(format: LogFormat, out: W) -> LogGuard {
+    let (writer, guard) = BatchWriter::spawn(out);
+    install(format, filter(), false, writer);
+    guard
+}
+
+/// `RUST_LOG`, or `info` when it is unset or does not parse.
+fn filter() -> EnvFilter {
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
 }
 
 fn install<W>(format: LogFormat, filter: EnvFilter, ansi: bool, writer: W)
