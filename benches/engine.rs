@@ -11,7 +11,9 @@
 mod cases;
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use podmend::admission::{self, AdmissionDecision, Webhook};
@@ -162,11 +164,27 @@ fn bench_reviews(c: &mut Criterion) {
     status.finish();
 }
 
+/// A sink that counts what is written to it.
+#[derive(Clone, Default)]
+struct Counted(Arc<AtomicUsize>);
+
+impl std::io::Write for Counted {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.fetch_add(bytes.len(), Ordering::Relaxed);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The handler's log line for the typical pod and for the limit bench's repair, through the
 /// subscriber `serve` installs (text, batched; its thread writes to a sink here). It installs
-/// the process's global subscriber, so it runs after the groups that time the engine alone.
+/// the process's global subscriber, so it must stay the last target: the groups before it time
+/// the engine without one.
 fn bench_log_line(c: &mut Criterion) {
-    let _guard = telemetry::init_batched(LogFormat::Text, std::io::sink());
+    let written = Counted::default();
+    let _guard = telemetry::init_batched(LogFormat::Text, written.clone());
     let allowed = AdmissionLine {
         webhook: "mutate",
         uid: "705ab4f5-6393-11e8-b7cc-42010a800002",
@@ -187,6 +205,17 @@ fn bench_log_line(c: &mut Criterion) {
         duration_us: 41,
         ..allowed
     };
+    // A line that is not written (RUST_LOG above info, another subscriber) costs nothing:
+    // the bench would time a disabled call.
+    allowed.log();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while written.0.load(Ordering::Relaxed) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the log line is not written: unset RUST_LOG (or set it to info) and run again"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut group = c.benchmark_group(LOG_GROUP);
     group.bench_function("allowed", |b| b.iter(|| black_box(&allowed).log()));
     group.bench_function("patched", |b| b.iter(|| black_box(&patched).log()));
@@ -199,6 +228,7 @@ criterion_group! {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(50);
+    // `bench_log_line` last: see its doc.
     targets = bench_reviews, bench_log_line
 }
 criterion_main!(benches);

@@ -56,19 +56,22 @@ pub fn init(format: LogFormat, writer: LogWriter) -> Option<LogGuard> {
             install(format, filter(), ansi, std::io::stderr);
             None
         }
-        LogWriter::Batched => {
-            let (writer, guard) = BatchWriter::spawn(std::io::stderr());
-            install(format, filter(), ansi, writer);
-            Some(guard)
-        }
+        LogWriter::Batched => Some(batched(format, ansi, std::io::stderr())),
     }
 }
 
-/// Installs the global subscriber as `serve` does, lines batched, written to `out` in no
-/// colour: the log line's benchmark writes them to a sink.
+/// Installs the subscriber `serve` installs, its lines written to `out` in no colour: the log
+/// line's benchmark points it at a sink. `RUST_LOG` applies, and a subscriber already installed
+/// stays (the lines then never reach `out`). Keep the guard, as [`init`]'s.
+#[doc(hidden)]
 pub fn init_batched<W: Write + Send + 'static>(format: LogFormat, out: W) -> LogGuard {
+    batched(format, false, out)
+}
+
+/// Installs the subscriber with batched lines written to `out`.
+fn batched<W: Write + Send + 'static>(format: LogFormat, ansi: bool, out: W) -> LogGuard {
     let (writer, guard) = BatchWriter::spawn(out);
-    install(format, filter(), false, writer);
+    install(format, filter(), ansi, writer);
     guard
 }
 
