@@ -371,6 +371,13 @@ mod tests {
         let body = review(json!({"uid": "u2", "operation": "DELETE",
             "oldObject": {"metadata": {"name": "", "generateName": "old-", "uid": "x"}}}));
         assert_eq!(decode(&body).expect("decodes").object_name(None), "old-");
+        // The request's own name, once the object has one, wins over what was read.
+        let body = review(json!({"uid": "u3", "operation": "UPDATE", "name": "web-1",
+            "object": {"metadata": {"name": "web-1"}}}));
+        assert_eq!(
+            decode(&body).expect("decodes").object_name(Some("as-read")),
+            "web-1"
+        );
     }
 
     #[test]

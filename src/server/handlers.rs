@@ -393,27 +393,12 @@ fn refuse(status: StatusCode, reason: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::*;
-
-    /// A destination the test reads back.
-    #[derive(Clone, Default)]
-    struct Captured(Arc<Mutex<Vec<u8>>>);
-
-    impl std::io::Write for Captured {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().expect("captured").extend_from_slice(bytes);
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
+    use crate::telemetry::tests::Sink;
 
     #[test]
     fn the_decision_line_has_its_fields_in_order_under_the_handlers_target() {
-        let captured = Captured::default();
+        let captured = Sink::default();
         let writer = captured.clone();
         let subscriber = tracing_subscriber::fmt()
             .without_time()
@@ -433,9 +418,8 @@ mod tests {
             duration_us: 41,
         };
         tracing::subscriber::with_default(subscriber, || line.log());
-        let text = String::from_utf8(captured.0.lock().expect("captured").clone()).expect("utf-8");
         assert_eq!(
-            text,
+            captured.text(),
             " INFO podmend::server::handlers: admission webhook=\"mutate\" \
              uid=705ab4f5-6393-11e8-b7cc-42010a800002 kind=Pod namespace=\"default\" name=web- \
              operation=\"CREATE\" result=\"patched\" rules=node-affinity,agent-requests \

@@ -244,12 +244,12 @@ impl Drop for LogGuard {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A destination the test can read back.
     #[derive(Clone, Default)]
-    pub(super) struct Sink(Arc<Mutex<Vec<u8>>>);
+    pub(crate) struct Sink(Arc<Mutex<Vec<u8>>>);
 
     impl Write for Sink {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -262,7 +262,7 @@ mod tests {
     }
 
     impl Sink {
-        pub(super) fn text(&self) -> String {
+        pub(crate) fn text(&self) -> String {
             String::from_utf8(self.0.lock().expect("sink").clone()).expect("utf-8")
         }
     }
