@@ -23,27 +23,53 @@ pub(super) fn diff(before: &Value, after: &Value) -> json_patch::Patch {
     json_patch::Patch(walk.ops)
 }
 
-/// The diff of two maps given as the keys that differ, each with its value on both sides
-/// (`None`: absent), in the order the maps list them: what [`diff`] of the whole maps gives,
-/// adds and diffs in order, removes last.
-pub(super) fn keys(changed: &[(&str, Option<&Value>, Option<&Value>)]) -> json_patch::Patch {
+/// A key of a map that differs, for [`keys`].
+pub(super) enum Change<'v> {
+    /// Its value on both sides (`None`: absent).
+    Values(&'v str, Option<&'v Value>, Option<&'v Value>),
+    /// The operations below it, already computed (a list diffed item by item, see
+    /// [`item_keys`]); the key itself is on both sides.
+    Below(Vec<PatchOperation>),
+}
+
+/// The diff of two maps given as the keys that differ, in the order the maps list them: what
+/// [`diff`] of the whole maps gives, adds and diffs in order, removes last.
+pub(super) fn keys(changed: Vec<Change<'_>>) -> json_patch::Patch {
     let mut walk = Walk {
         at: Vec::new(),
         ops: Vec::new(),
     };
     let mut removed = Vec::new();
-    for &(key, before, after) in changed {
-        walk.at(Segment::Key(key), |walk| match (before, after) {
-            (Some(before), Some(after)) => walk.values(before, after),
-            (None, Some(after)) => walk.add(after),
-            (Some(_), None) => removed.push(key),
-            (None, None) => {}
-        });
+    for change in changed {
+        match change {
+            Change::Values(key, before, after) => walk.key(key, before, after, &mut removed),
+            Change::Below(ops) => walk.ops.extend(ops),
+        }
     }
     for key in removed {
         walk.at(Segment::Key(key), Walk::remove);
     }
     json_patch::Patch(walk.ops)
+}
+
+/// [`keys`] of the map that is item `index` of the list at key `list`, given its keys that
+/// differ: what [`diff`] gives for that item when the list kept its items in place.
+pub(super) fn item_keys<'a>(
+    (list, index): (&'a str, usize),
+    changed: &[(&'a str, Option<&'a Value>, Option<&'a Value>)],
+) -> Vec<PatchOperation> {
+    let mut walk = Walk {
+        at: vec![Segment::Key(list), Segment::Index(index)],
+        ops: Vec::new(),
+    };
+    let mut removed = Vec::new();
+    for &(key, before, after) in changed {
+        walk.key(key, before, after, &mut removed);
+    }
+    for key in removed {
+        walk.at(Segment::Key(key), Walk::remove);
+    }
+    walk.ops
 }
 
 /// One step of a path: a map key or an array index.
@@ -85,6 +111,23 @@ impl<'a> Walk<'a> {
                     }));
             }
         }
+    }
+
+    /// One key of a map diffed by its keys that differ: diffed or added now, or kept in
+    /// `removed` for the end.
+    fn key(
+        &mut self,
+        key: &'a str,
+        before: Option<&'a Value>,
+        after: Option<&'a Value>,
+        removed: &mut Vec<&'a str>,
+    ) {
+        self.at(Segment::Key(key), |walk| match (before, after) {
+            (Some(before), Some(after)) => walk.values(before, after),
+            (None, Some(after)) => walk.add(after),
+            (Some(_), None) => removed.push(key),
+            (None, None) => {}
+        });
     }
 
     /// `value` at `segment` below where the walk is.

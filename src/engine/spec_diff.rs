@@ -8,11 +8,12 @@
 
 use std::borrow::Cow;
 
-use k8s_openapi::api::core::v1::PodSpec;
+use json_patch::PatchOperation;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::diff;
+use super::diff::{self, Change};
 use super::patch::to_json;
 
 /// The JSON of each field the rules changed in one spec, as the spec had it first (before
@@ -20,11 +21,15 @@ use super::patch::to_json;
 #[derive(Default)]
 pub(super) struct Seen {
     fields: Vec<SeenField>,
+    /// The container lists a rule changed in place (see [`in_place`]): read afterwards, they
+    /// are not as the spec had them first.
+    changed_in_place: Vec<&'static str>,
 }
 
 struct SeenField {
     name: &'static str,
-    first: Option<Value>,
+    /// `None` when the field was first read after a rule changed it in place.
+    first: Option<Option<Value>>,
     last: Option<Value>,
 }
 
@@ -34,72 +39,116 @@ impl Seen {
     }
 }
 
+/// How one rule's diff reads a changed field.
+enum Read {
+    /// Diffed container by container (see [`in_place`]): its operations.
+    InPlace(Vec<PatchOperation>),
+    /// Serialized: before (`None` when an earlier rule's diff read it as it is now), after.
+    Whole(Option<Option<Value>>, Option<Value>),
+}
+
 /// The diff of one rule's change, `before` to `after`, where `seen` holds what the earlier
 /// rules' diffs read of the same spec; it records what this one reads.
 pub(super) fn step(before: &PodSpec, after: &PodSpec, seen: &mut Seen) -> json_patch::Patch {
     let names = changed_fields(before, after);
-    // A field an earlier rule changed is as that rule left it: not serialized again.
-    let read_before: Vec<Option<Option<Value>>> = names
+    let mut reads: Vec<Read> = names
         .iter()
-        .map(|name| seen.get(name).is_none().then(|| field_json(before, name)))
+        .map(|name| match seen.get(name) {
+            // A field an earlier rule's diff read is as that rule left it: not read again.
+            Some(_) => Read::Whole(None, field_json(after, name)),
+            None => match in_place(before, after, name) {
+                Some(ops) => Read::InPlace(ops),
+                None => Read::Whole(Some(field_json(before, name)), field_json(after, name)),
+            },
+        })
         .collect();
-    let read_after: Vec<Option<Value>> = names.iter().map(|name| field_json(after, name)).collect();
     let patch = {
-        let changed: Vec<_> = names
+        let changed = names
             .iter()
-            .zip(&read_before)
-            .zip(&read_after)
-            .map(|((name, read), after)| {
-                let before = match read {
-                    Some(read) => read.as_ref(),
-                    None => seen.get(name).and_then(|field| field.last.as_ref()),
-                };
-                (*name, before, after.as_ref())
+            .zip(&mut reads)
+            .map(|(name, read)| match read {
+                Read::InPlace(ops) => Change::Below(std::mem::take(ops)),
+                Read::Whole(read, after) => {
+                    let before = match read {
+                        Some(read) => read.as_ref(),
+                        None => seen.get(name).and_then(|field| field.last.as_ref()),
+                    };
+                    Change::Values(name, before, after.as_ref())
+                }
             })
             .collect();
-        diff::keys(&changed)
+        diff::keys(changed)
     };
-    for ((name, read), after) in names.into_iter().zip(read_before).zip(read_after) {
-        match read {
-            Some(first) => seen.fields.push(SeenField {
-                name,
-                first,
-                last: after,
-            }),
-            None => {
-                if let Some(field) = seen.fields.iter_mut().find(|f| f.name == name) {
-                    field.last = after;
-                }
-            }
-        }
+    for (name, read) in names.into_iter().zip(reads) {
+        seen.record(name, read);
     }
     checked(before, after, patch)
 }
 
+impl Seen {
+    /// Keeps what one rule's diff read of the field `name`.
+    fn record(&mut self, name: &'static str, read: Read) {
+        match read {
+            Read::InPlace(_) => {
+                if !self.changed_in_place.contains(&name) {
+                    self.changed_in_place.push(name);
+                }
+            }
+            Read::Whole(Some(first), last) => {
+                let first = (!self.changed_in_place.contains(&name)).then_some(first);
+                self.fields.push(SeenField { name, first, last });
+            }
+            Read::Whole(None, last) => {
+                if let Some(field) = self.fields.iter_mut().find(|f| f.name == name) {
+                    field.last = last;
+                }
+            }
+        }
+    }
+}
+
 /// The diff of a whole repair, `original` to `now`. `seen` is what the rules' diffs read on
-/// the way to `now` (empty for a spec they were not diffed on): the fields it holds are not
-/// serialized again.
+/// the way to `now` (empty for a spec they were not diffed on): the fields it holds as the
+/// spec had them first are not serialized again.
 pub(super) fn since(original: &PodSpec, now: &PodSpec, seen: &Seen) -> json_patch::Patch {
-    let changed: Vec<(&str, FieldRead<'_>, FieldRead<'_>)> = changed_fields(original, now)
-        .into_iter()
-        .map(|name| match seen.get(name) {
-            Some(field) => (
-                name,
-                Cow::Borrowed(&field.first),
-                Cow::Borrowed(&field.last),
-            ),
-            None => (
-                name,
+    let names = changed_fields(original, now);
+    let in_place: Vec<_> = names
+        .iter()
+        .map(|name| in_place(original, now, name))
+        .collect();
+    let wholes: Vec<Option<(FieldRead<'_>, FieldRead<'_>)>> = names
+        .iter()
+        .zip(&in_place)
+        .map(|(name, in_place)| match (in_place, seen.get(name)) {
+            (Some(_), _) => None,
+            (
+                None,
+                Some(SeenField {
+                    first: Some(first),
+                    last,
+                    ..
+                }),
+            ) => Some((Cow::Borrowed(first), Cow::Borrowed(last))),
+            (None, _) => Some((
                 Cow::Owned(field_json(original, name)),
                 Cow::Owned(field_json(now, name)),
-            ),
+            )),
         })
         .collect();
-    let keys: Vec<_> = changed
+    let changed = names
         .iter()
-        .map(|(name, first, last)| (*name, first.as_ref().as_ref(), last.as_ref().as_ref()))
+        .zip(in_place)
+        .zip(&wholes)
+        .map(|((name, in_place), whole)| match (in_place, whole) {
+            (Some(ops), _) => Change::Below(ops),
+            (None, Some((first, last))) => {
+                Change::Values(name, first.as_ref().as_ref(), last.as_ref().as_ref())
+            }
+            // Every field not diffed in place was read whole above.
+            (None, None) => Change::Below(Vec::new()),
+        })
         .collect();
-    checked(original, now, diff::keys(&keys))
+    checked(original, now, diff::keys(changed))
 }
 
 /// A field's JSON, as a rule's diff read it or serialized now.
@@ -115,6 +164,45 @@ fn checked(before: &PodSpec, after: &PodSpec, patch: json_patch::Patch) -> json_
     patch
 }
 
+/// The diff of the container list `name` container by container, serializing only the
+/// fields that differ, when the rule kept every container in its place (the same names in
+/// the same order): as `agent-requests` changes resources. The whole diff pairs the same
+/// items then, by name or by position. `None` for any other field or change.
+fn in_place(before: &PodSpec, after: &PodSpec, name: &'static str) -> Option<Vec<PatchOperation>> {
+    let (before, after): (&[Container], &[Container]) = match name {
+        "containers" => (&before.containers, &after.containers),
+        "initContainers" => (
+            before.init_containers.as_deref()?,
+            after.init_containers.as_deref()?,
+        ),
+        _ => return None,
+    };
+    let kept_in_place =
+        before.len() == after.len() && before.iter().zip(after).all(|(b, a)| b.name == a.name);
+    if !kept_in_place {
+        return None;
+    }
+    let mut ops = Vec::new();
+    for (index, (before, after)) in before.iter().zip(after).enumerate() {
+        if before == after {
+            continue;
+        }
+        let reads: Vec<_> = changed_container_fields(before, after)
+            .into_iter()
+            .map(|field| {
+                let json = |c| container_field_json(c, field);
+                (field, json(before), json(after))
+            })
+            .collect();
+        let changed: Vec<_> = reads
+            .iter()
+            .map(|(field, before, after)| (*field, before.as_ref(), after.as_ref()))
+            .collect();
+        ops.extend(diff::item_keys((name, index), &changed));
+    }
+    Some(ops)
+}
+
 /// A field of a pod spec as its serialization has it: `None` when it is left out.
 trait FieldJson {
     fn json(&self) -> Option<Value>;
@@ -126,23 +214,35 @@ impl<T: Serialize> FieldJson for Option<T> {
     }
 }
 
+impl FieldJson for String {
+    fn json(&self) -> Option<Value> {
+        Some(Value::String(self.clone()))
+    }
+}
+
 impl<T: Serialize> FieldJson for Vec<T> {
     fn json(&self) -> Option<Value> {
         Some(to_json(self))
     }
 }
 
-macro_rules! pod_spec_fields {
-    ($($field:ident => $name:literal,)*) => {
-        /// The JSON names of a pod spec's fields, in the order it serializes them.
+/// For a struct of the API, given every field with its JSON name in the order the struct
+/// serializes them: the names (tests check the order), the names of the fields that differ,
+/// and one field's JSON by its name.
+macro_rules! struct_fields {
+    (
+        $ty:ident: $names:ident, $changed:ident, $json:ident;
+        $($field:ident => $name:literal,)*
+    ) => {
+        /// The JSON names of the fields, in the order they serialize.
         #[cfg(test)]
-        const FIELD_NAMES: &[&str] = &[$($name),*];
+        const $names: &[&str] = &[$($name),*];
 
-        /// The names of the fields that differ, in the order a spec serializes them.
-        fn changed_fields(before: &PodSpec, after: &PodSpec) -> Vec<&'static str> {
+        /// The names of the fields that differ, in the order they serialize.
+        fn $changed(before: &$ty, after: &$ty) -> Vec<&'static str> {
             // Every field by name, no `..`: a field a newer k8s-openapi adds fails to build
             // here until it is listed.
-            let PodSpec { $($field: _),* } = before;
+            let $ty { $($field: _),* } = before;
             let mut changed = Vec::new();
             $(
                 if before.$field != after.$field {
@@ -152,17 +252,18 @@ macro_rules! pod_spec_fields {
             changed
         }
 
-        /// The field named `name` as the spec's serialization has it.
-        fn field_json(spec: &PodSpec, name: &str) -> Option<Value> {
+        /// The field named `name` as the serialization has it.
+        fn $json(value: &$ty, name: &str) -> Option<Value> {
             match name {
-                $($name => spec.$field.json(),)*
+                $($name => value.$field.json(),)*
                 _ => None,
             }
         }
     };
 }
 
-pod_spec_fields! {
+struct_fields! {
+    PodSpec: FIELD_NAMES, changed_fields, field_json;
     active_deadline_seconds => "activeDeadlineSeconds",
     affinity => "affinity",
     automount_service_account_token => "automountServiceAccountToken",
@@ -208,6 +309,35 @@ pod_spec_fields! {
     volumes => "volumes",
 }
 
+struct_fields! {
+    Container: CONTAINER_FIELD_NAMES, changed_container_fields, container_field_json;
+    args => "args",
+    command => "command",
+    env => "env",
+    env_from => "envFrom",
+    image => "image",
+    image_pull_policy => "imagePullPolicy",
+    lifecycle => "lifecycle",
+    liveness_probe => "livenessProbe",
+    name => "name",
+    ports => "ports",
+    readiness_probe => "readinessProbe",
+    resize_policy => "resizePolicy",
+    resources => "resources",
+    restart_policy => "restartPolicy",
+    restart_policy_rules => "restartPolicyRules",
+    security_context => "securityContext",
+    startup_probe => "startupProbe",
+    stdin => "stdin",
+    stdin_once => "stdinOnce",
+    termination_message_path => "terminationMessagePath",
+    termination_message_policy => "terminationMessagePolicy",
+    tty => "tty",
+    volume_devices => "volumeDevices",
+    volume_mounts => "volumeMounts",
+    working_dir => "workingDir",
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -246,15 +376,18 @@ mod tests {
 
     #[test]
     fn rules_that_change_the_same_fields_in_turn_diff_as_the_whole_specs_do() {
-        let original = spec(json!({"nodeName": "n1", "containers": [{"name": "a"}]}));
+        let original = spec(json!({"nodeName": "n1", "containers": [{"name": "a"}],
+            "tolerations": [{"key": "k1"}]}));
         let mut first = original.clone();
         first.node_name = None;
         first.containers[0].image = Some("x".into());
+        first.tolerations = Some(vec![toleration("k1"), toleration("k2")]);
         let mut second = first.clone();
         second.containers[0].args = Some(vec!["y".into()]);
         second.node_name = Some("n2".into());
         let mut third = second.clone();
         third.containers[0].image = None;
+        third.tolerations = Some(vec![toleration("k2")]);
         let mut seen = Seen::default();
         for (before, after) in [(&original, &first), (&first, &second), (&second, &third)] {
             assert_eq!(step(before, after, &mut seen), whole_diff(before, after));
@@ -264,9 +397,88 @@ mod tests {
             whole_diff(&original, &third)
         );
         // What the rules' diffs read is what the whole repair's diff is made of.
-        let containers = seen.get("containers").expect("seen");
-        assert_eq!(containers.first, Some(json!([{"name": "a"}])));
-        assert_eq!(containers.last, Some(json!([{"name": "a", "args": ["y"]}])));
+        let tolerations = seen.get("tolerations").expect("seen");
+        assert_eq!(tolerations.first, Some(Some(json!([{"key": "k1"}]))));
+        assert_eq!(tolerations.last, Some(json!([{"key": "k2"}])));
+        // The containers stayed in place: diffed one by one, never read whole.
+        assert!(seen.get("containers").is_none());
+        assert_eq!(seen.changed_in_place, ["containers"]);
+    }
+
+    fn toleration(key: &str) -> k8s_openapi::api::core::v1::Toleration {
+        k8s_openapi::api::core::v1::Toleration {
+            key: Some(key.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn containers_a_rule_keeps_in_place_are_diffed_one_by_one_field_by_field() {
+        let before = spec(json!({
+            "containers": [{"name": "a", "image": "x"},
+                {"name": "b", "image": "y", "resources": {"requests": {"cpu": "1"}}}],
+            "initContainers": [{"name": "i", "image": "z", "tty": true}]
+        }));
+        let mut after = before.clone();
+        after.containers[1].resources = None;
+        after.containers[1].args = Some(vec!["go".into()]);
+        let init = &mut after.init_containers.as_mut().expect("init containers")[0];
+        init.image = Some("w".into());
+        init.tty = None;
+        let patch = step(&before, &after, &mut Seen::default());
+        assert_eq!(
+            serde_json::to_value(&patch).expect("serializes"),
+            json!([
+                {"op": "add", "path": "/containers/1/args", "value": ["go"]},
+                {"op": "remove", "path": "/containers/1/resources"},
+                {"op": "replace", "path": "/initContainers/0/image", "value": "w"},
+                {"op": "remove", "path": "/initContainers/0/tty"}
+            ])
+        );
+        assert_eq!(patch, whole_diff(&before, &after));
+        assert_eq!(since(&before, &after, &Seen::default()), patch);
+    }
+
+    #[test]
+    fn containers_with_the_same_name_twice_are_diffed_in_place_as_the_whole_diff_pairs_them() {
+        let before = spec(json!({"containers": [{"name": "a"}, {"name": "a"}]}));
+        let mut after = before.clone();
+        after.containers[1].image = Some("x".into());
+        let patch = since(&before, &after, &Seen::default());
+        assert_eq!(patch, whole_diff(&before, &after));
+        assert_eq!(patch.0.len(), 1);
+    }
+
+    #[test]
+    fn containers_changed_in_place_and_then_reshaped_diff_from_the_spec_as_it_was_first() {
+        let original = spec(json!({"containers": [{"name": "a"}]}));
+        let mut in_place = original.clone();
+        in_place.containers[0].image = Some("x".into());
+        let mut reshaped = in_place.clone();
+        reshaped
+            .containers
+            .insert(0, in_place.containers[0].clone());
+        reshaped.containers[0].name = "guard".into();
+        let mut changed_again = reshaped.clone();
+        changed_again.containers[1].args = Some(vec!["y".into()]);
+        // In place, then inserted before, then in place again; and the other way round.
+        let orders = [
+            [&original, &in_place, &reshaped, &changed_again],
+            [&original, &reshaped, &changed_again, &changed_again],
+        ];
+        for specs in orders {
+            let mut seen = Seen::default();
+            for pair in specs.windows(2) {
+                assert_eq!(
+                    step(pair[0], pair[1], &mut seen),
+                    whole_diff(pair[0], pair[1])
+                );
+            }
+            assert_eq!(
+                since(&original, &changed_again, &seen),
+                whole_diff(&original, &changed_again)
+            );
+        }
     }
 
     #[test]
@@ -298,5 +510,27 @@ mod tests {
             .map(String::as_str)
             .collect();
         assert_eq!(keys, FIELD_NAMES);
+    }
+
+    #[test]
+    fn the_container_fields_are_listed_in_the_order_a_container_serializes_them() {
+        let every_field: Container = serde_json::from_value(json!({
+            "args": [], "command": [], "env": [], "envFrom": [], "image": "i",
+            "imagePullPolicy": "Always", "lifecycle": {}, "livenessProbe": {}, "name": "n",
+            "ports": [], "readinessProbe": {}, "resizePolicy": [], "resources": {},
+            "restartPolicy": "Always", "restartPolicyRules": [], "securityContext": {},
+            "startupProbe": {}, "stdin": true, "stdinOnce": true,
+            "terminationMessagePath": "p", "terminationMessagePolicy": "File", "tty": true,
+            "volumeDevices": [], "volumeMounts": [], "workingDir": "w"
+        }))
+        .expect("a container");
+        let serialized = to_json(&every_field);
+        let keys: Vec<&str> = serialized
+            .as_object()
+            .expect("a map")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(keys, CONTAINER_FIELD_NAMES);
     }
 }
