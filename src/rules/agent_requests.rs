@@ -149,7 +149,8 @@ impl AgentRequests {
         for container in spec.init_containers.iter_mut().flatten().filter(|c| own(c)) {
             self.repair_container(container, resources, container_ranges, &mut changed);
         }
-        self.meet_pod_limit_ranges(spec, resources, pod_ranges, &mut changed);
+        let ranges = (container_ranges, pod_ranges);
+        self.meet_pod_limit_ranges(spec, resources, ranges, &mut changed);
         self.undo_idle_limit_copies(spec, original, resources, &mut changed);
         self.repair_pod_level(spec, resources, pod_ranges, &mut changed);
         changed
@@ -177,12 +178,13 @@ impl AgentRequests {
 
     /// A `type: Pod` LimitRange checks the pod's total request: when the zeroed containers
     /// fall below its floor, the containers take up the difference in order, each up to its
-    /// own limit (a request above the limit is invalid).
+    /// own limit (a request above the limit is invalid) and from its own Container
+    /// LimitRange floor (a request below it is refused).
     fn meet_pod_limit_ranges(
         &self,
         spec: &mut PodSpec,
         resources: &[&str],
-        pod_ranges: &[LimitRangeItem],
+        (container_ranges, pod_ranges): (&[LimitRangeItem], &[LimitRangeItem]),
         changed: &mut Changes,
     ) {
         if pod_ranges.is_empty() {
@@ -201,7 +203,7 @@ impl AgentRequests {
             // The total is the larger of what runs together (containers and sidecars) and an
             // init container's peak; both are below the floor, so the former makes up the rest.
             let missing = floor - running_request(spec, name);
-            add_to_container_requests(spec, name, missing, changed);
+            add_to_container_requests(spec, (name, missing), container_ranges, changed);
         }
     }
 
@@ -375,11 +377,14 @@ fn running_request(spec: &PodSpec, name: &str) -> Milli {
 }
 
 /// Adds `missing` of `name` to the containers' requests, in order, each up to its own limit
-/// (a request above the limit is invalid); the guard container is left as it is.
+/// (a request above the limit is invalid) and at least to its Container LimitRange floor (a
+/// container that had no request of `name` would otherwise get one below it, which the
+/// LimitRanger refuses, and the next pass would raise it); the guard container is left as it
+/// is.
 fn add_to_container_requests(
     spec: &mut PodSpec,
-    name: &str,
-    mut missing: Milli,
+    (name, mut missing): (&str, Milli),
+    container_ranges: &[LimitRangeItem],
     changed: &mut Changes,
 ) {
     for container in spec
@@ -391,29 +396,34 @@ fn add_to_container_requests(
             break;
         }
         let request = container_request(container, name);
-        let room = container
+        let limit = container
             .resources
             .as_ref()
             .and_then(|r| r.limits.as_ref()?.get(name))
-            .and_then(|q| quantity::parse_milli(&q.0))
-            .map_or(missing, |limit| (limit - request).max(0));
+            .and_then(|q| quantity::parse_milli(&q.0));
+        let room = limit.map_or(missing, |limit| (limit - request).max(0));
         let added = room.min(missing);
         if added <= 0 {
             continue;
         }
-        missing -= added;
-        let request = request + added;
+        let floor = limit_range_floor(name, limit, container_ranges);
+        let new_request = (request + added).max(floor);
+        let new_request = limit.map_or(new_request, |limit| new_request.min(limit));
+        missing -= new_request - request;
         container
             .resources
             .get_or_insert_with(ResourceRequirements::default)
             .requests
             .get_or_insert_with(BTreeMap::new)
-            .insert(name.to_string(), Quantity(format_quantity(name, request)));
+            .insert(
+                name.to_string(),
+                Quantity(format_quantity(name, new_request)),
+            );
         changed.record(
             name,
             &container.name,
             RequestRepair {
-                floor: request,
+                floor: new_request,
                 limit_added: false,
             },
         );
@@ -1053,6 +1063,38 @@ mod tests {
         );
         assert!(
             messages.iter().any(|m| m.contains("LimitRange")),
+            "{messages:?}"
+        );
+        let (again, messages) = run(
+            AgentRequestsConfig::default(),
+            after.clone(),
+            &agent_meta(),
+            &cluster,
+        );
+        assert!(messages.is_empty(), "{messages:?}");
+        assert_eq!(again, after);
+    }
+
+    #[test]
+    fn a_pod_limit_range_minimum_met_by_a_container_is_at_least_that_containers_own_minimum() {
+        // The property tests' case: a template's container without resources, a Pod minimum
+        // of 100m and a Container minimum of 200m. 100m would be refused by the LimitRanger
+        // and raised to 200m by the next pass.
+        let cluster = ci_limit_ranges(json!([
+            {"type": "Container", "min": {"cpu": "200m"}, "defaultRequest": {"cpu": "200m"},
+                "maxLimitRequestRatio": {"cpu": "10"}},
+            {"type": "Pod", "min": {"cpu": "100m"}}
+        ]));
+        let spec = json!({"containers": [{"name": "a", "image": "busybox"}]});
+        let (after, messages) = run(
+            AgentRequestsConfig::default(),
+            spec,
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"],
+            json!({"requests": {"cpu": "200m"}}),
             "{messages:?}"
         );
         let (again, messages) = run(
