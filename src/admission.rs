@@ -163,6 +163,13 @@ impl WholeObjects for Request<'_> {
             .request
             .map_or((None, None), |r| (r.object, r.old_object)))
     }
+
+    fn read_object(&self, keep: document::Union) -> Result<Option<Value>, serde_json::Error> {
+        let mut reader = serde_json::Deserializer::from_str(self.body);
+        let object = document::read_at(&mut reader, &["request", "object"], keep)?;
+        reader.end()?;
+        Ok(object)
+    }
 }
 
 /// Decodes an AdmissionReview body in one pass: the envelope's fields podmend does not read

@@ -4,6 +4,10 @@
 //!   (names, namespace, labels, podmend's annotations, owners; nodeName, each container's name, image,
 //!   command and args; hostPath volumes), for all the places a pod spec can be. Most reviews
 //!   end there, without the object ever being built: that is most of a review's cost.
+//! - [`read_at`] with a [`Union`] of shapes: the sketch's fields and what the rules that may act
+//!   read of the pod spec ([`crate::rules::Rule::reads`]), when each names its parts: a pinned
+//!   agent pod is repaired without its env, probes, volumes or mounts ever being built.
+//!   [`project`] takes the same parts of an object already parsed (`audit`'s).
 //! - [`parse`]: the whole object, without `metadata.managedFields` (the API server's record of
 //!   field owners: often the largest part of an object, never read by a rule).
 //!
@@ -146,17 +150,258 @@ pub static OBJECT: Shape = Shape::Fields(&[
     ("template", &TEMPLATE),
 ]);
 
-/// Deserializes a value keeping what its shape names.
-#[derive(Clone, Copy)]
-struct Shaped(&'static Shape);
+/// What a read keeps of one JSON value: a [`Shape`], or several read as one ([`Union`]).
+trait Keep: Copy {
+    /// The whole value.
+    fn is_all(self) -> bool;
+    /// Passed over unbuilt and uncounted ([`Shape::Dropped`]).
+    fn is_dropped(self) -> bool;
+    /// What to keep of an object's field `key`; `None` when it is skipped.
+    fn field(self, key: &str) -> Option<Self>;
+    /// What to keep of each item of a list; `None` when no list is expected here (it is then
+    /// kept whole, as the whole object has it).
+    fn items(self) -> Option<Self>;
+    /// Whether an object met here is kept whole: a list or everything was expected.
+    fn keeps_object_whole(self) -> bool;
+}
 
-impl<'de> DeserializeSeed<'de> for Shaped {
-    type Value = Value;
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
-        match self.0 {
-            Shape::All => Value::deserialize(deserializer),
+impl Keep for &'static Shape {
+    fn is_all(self) -> bool {
+        matches!(self, Shape::All)
+    }
+    fn is_dropped(self) -> bool {
+        matches!(self, Shape::Dropped)
+    }
+    fn field(self, key: &str) -> Option<Self> {
+        Shape::field(self, key)
+    }
+    fn items(self) -> Option<Self> {
+        match self {
+            Shape::Items(item) => Some(item),
+            _ => None,
+        }
+    }
+    fn keeps_object_whole(self) -> bool {
+        matches!(self, Shape::Items(_) | Shape::All)
+    }
+}
+
+/// The most shapes one [`Union`] reads as one: the sketch's, the fields every pod spec needs
+/// to decode, and one per rule, with room to spare.
+pub const UNION_PARTS: usize = 8;
+
+/// Several shapes read as one: a field is kept when one of them keeps it. A part may stand
+/// below the value read, at a JSON Pointer (a pod spec's place in its object).
+#[derive(Clone, Copy)]
+pub struct Union {
+    parts: [Part; UNION_PARTS],
+    len: usize,
+}
+
+/// One shape of a [`Union`].
+#[derive(Clone, Copy)]
+pub enum Part {
+    /// This shape, at the value read.
+    Here(&'static Shape),
+    /// This shape, at the end of this JSON Pointer below the value read (one of the target
+    /// table's, which have no escapes).
+    Below(&'static str, &'static Shape),
+}
+
+impl Part {
+    fn field(self, key: &str) -> Option<Part> {
+        match self {
+            Part::Here(shape) => shape.field(key).map(Part::Here),
+            Part::Below(pointer, shape) => {
+                let rest = pointer.strip_prefix('/')?;
+                let (segment, below) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+                if segment != key {
+                    None
+                } else if below.is_empty() {
+                    Some(Part::Here(shape))
+                } else {
+                    Some(Part::Below(below, shape))
+                }
+            }
+        }
+    }
+
+    fn here(self) -> Option<&'static Shape> {
+        match self {
+            Part::Here(shape) => Some(shape),
+            Part::Below(..) => None,
+        }
+    }
+}
+
+impl Union {
+    /// These parts read as one; `None` for more than [`UNION_PARTS`] of them.
+    pub fn of(parts: &[Part]) -> Option<Self> {
+        let mut union = Union {
+            parts: [Part::Here(&DROPPED); UNION_PARTS],
+            len: 0,
+        };
+        for part in parts {
+            union.push(*part).ok()?;
+        }
+        Some(union)
+    }
+
+    fn push(&mut self, part: Part) -> Result<(), ()> {
+        let slot = self.parts.get_mut(self.len).ok_or(())?;
+        *slot = part;
+        self.len += 1;
+        Ok(())
+    }
+
+    fn parts(&self) -> &[Part] {
+        &self.parts[..self.len]
+    }
+
+    /// Each part's own, where it has one; `None` when none has.
+    fn map(self, each: impl Fn(Part) -> Option<Part>) -> Option<Self> {
+        let mut out = Union {
+            parts: self.parts,
+            len: 0,
+        };
+        for part in self.parts().iter().filter_map(|part| each(*part)) {
+            // As many as there were: always room.
+            out.push(part).ok()?;
+        }
+        (out.len > 0).then_some(out)
+    }
+}
+
+impl Keep for Union {
+    fn is_all(self) -> bool {
+        self.parts()
+            .iter()
+            .any(|part| part.here().is_some_and(Keep::is_all))
+    }
+    fn is_dropped(self) -> bool {
+        self.parts()
+            .iter()
+            .all(|part| part.here().is_some_and(Keep::is_dropped))
+    }
+    fn field(self, key: &str) -> Option<Self> {
+        self.map(|part| part.field(key))
+    }
+    fn items(self) -> Option<Self> {
+        let every_part_lists = self
+            .parts()
+            .iter()
+            .all(|part| part.here().and_then(Keep::items).is_some());
+        if !every_part_lists {
+            return None;
+        }
+        self.map(|part| part.here().and_then(Keep::items).map(Part::Here))
+    }
+    fn keeps_object_whole(self) -> bool {
+        self.parts()
+            .iter()
+            .any(|part| part.here().is_some_and(Keep::keeps_object_whole))
+    }
+}
+
+/// The parts of `value` that `keep` keeps: what a [`Union`] read of its JSON would give, from
+/// a value already parsed (`audit`'s manifests).
+pub fn project(value: &Value, keep: Union) -> Value {
+    // Reading a parsed value cannot fail: no visitor here refuses anything, and the value's
+    // nesting was checked when it was parsed.
+    Shaped(keep).deserialize(value).unwrap_or(Value::Null)
+}
+
+/// The value at `path` (object keys, from the document's root) of a document, with the parts
+/// `keep` keeps; the rest of the document is passed over unbuilt. `None` when the document has
+/// no such value, or `null` there.
+pub fn read_at<'de, D: Deserializer<'de>>(
+    deserializer: D,
+    path: &[&str],
+    keep: Union,
+) -> Result<Option<Value>, D::Error> {
+    Ok(At { path, keep }
+        .deserialize(deserializer)?
+        .filter(|v| !v.is_null()))
+}
+
+/// [`read_at`]: the rest of the path to walk, then what to keep there.
+struct At<'p> {
+    path: &'p [&'p str],
+    keep: Union,
+}
+
+impl<'de> DeserializeSeed<'de> for At<'_> {
+    type Value = Option<Value>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        match self.path {
+            [] => Shaped(self.keep).deserialize(deserializer).map(Some),
             _ => deserializer.deserialize_any(self),
         }
+    }
+}
+
+impl<'de> Visitor<'de> for At<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+        let Some((first, rest)) = self.path.split_first() else {
+            return Ok(None);
+        };
+        let mut found = None;
+        while let Some(key) = access.next_key_seed(Key)? {
+            if found.is_none() && key == *first {
+                let below = At {
+                    path: rest,
+                    keep: self.keep,
+                };
+                found = access.next_value_seed(below)?;
+            } else {
+                access.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+
+    // Anything but an object on the path: no such value.
+    fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
+        while access.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// Deserializes a value keeping what its shape (or union of shapes) names.
+#[derive(Clone, Copy)]
+struct Shaped<K>(K);
+
+impl<'de, K: Keep> DeserializeSeed<'de> for Shaped<K> {
+    type Value = Value;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        if self.0.is_all() {
+            return Value::deserialize(deserializer);
+        }
+        deserializer.deserialize_any(self)
     }
 }
 
@@ -188,7 +433,7 @@ macro_rules! scalars_as_values {
     };
 }
 
-impl<'de> Visitor<'de> for Shaped {
+impl<'de, K: Keep> Visitor<'de> for Shaped<K> {
     type Value = Value;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -196,18 +441,18 @@ impl<'de> Visitor<'de> for Shaped {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        if let Shape::Items(_) | Shape::All = self.0 {
+        if self.0.keeps_object_whole() {
             // A map where items were expected: kept whole, as the whole object has it.
             return ValueVisitor.visit_map(access);
         }
         let mut map = Map::new();
         while let Some(key) = access.next_key_seed(Key)? {
             match self.0.field(&key) {
-                Some(Shape::Dropped) => {
+                Some(keep) if keep.is_dropped() => {
                     access.next_value::<IgnoredAny>()?;
                 }
-                Some(shape) => {
-                    let value = access.next_value_seed(Shaped(shape))?;
+                Some(keep) => {
+                    let value = access.next_value_seed(Shaped(keep))?;
                     map.insert(key.into_owned(), value);
                 }
                 None => access.next_value_seed(Skipped)?,
@@ -217,13 +462,12 @@ impl<'de> Visitor<'de> for Shaped {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        let item = match self.0 {
-            Shape::Items(item) => Shaped(item),
+        let Some(item) = self.0.items() else {
             // A list where fields were expected: kept whole.
-            _ => return ValueVisitor.visit_seq(access),
+            return ValueVisitor.visit_seq(access);
         };
         let mut items = Vec::new();
-        while let Some(value) = access.next_element_seed(item)? {
+        while let Some(value) = access.next_element_seed(Shaped(item))? {
             items.push(value);
         }
         Ok(Value::Array(items))
@@ -505,6 +749,89 @@ mod tests {
             json!("a string"),
         ] {
             assert_eq!(sketched(&object.to_string()), object);
+        }
+    }
+    /// A union of the sketch's shape and `reads` at a Pod's spec.
+    fn pod_union(reads: &'static Shape) -> Union {
+        Union::of(&[Part::Here(&OBJECT), Part::Below("/spec", reads)]).expect("two parts")
+    }
+
+    static RESOURCES: Shape = Shape::Fields(&[
+        ("tolerations", &Shape::All),
+        (
+            "containers",
+            &Shape::Items(&Shape::Fields(&[("resources", &Shape::All)])),
+        ),
+    ]);
+
+    #[test]
+    fn a_union_keeps_each_field_that_one_of_its_shapes_keeps() {
+        let pod = json!({
+            "metadata": {"name": "p", "uid": "u", "annotations": {"x": "y"}},
+            "spec": {"nodeName": "n1", "tolerations": [{"key": "k"}], "serviceAccountName": "sa",
+                "containers": [{"name": "app", "image": "busybox", "env": [{"name": "A"}],
+                    "resources": {"limits": {"cpu": "1"}}}]}
+        });
+        let expected = json!({
+            "metadata": {"name": "p", "annotations": {}},
+            "spec": {"nodeName": "n1", "tolerations": [{"key": "k"}],
+                "containers": [{"name": "app", "image": "busybox",
+                    "resources": {"limits": {"cpu": "1"}}}]}
+        });
+        let union = pod_union(&RESOURCES);
+        assert_eq!(project(&pod, union), expected);
+        let read = read_at(
+            &mut serde_json::Deserializer::from_str(
+                &json!({"request": {"uid": "1", "object": pod}}).to_string(),
+            ),
+            &["request", "object"],
+            union,
+        );
+        assert_eq!(read.expect("reads"), Some(expected));
+    }
+
+    #[test]
+    fn a_union_part_below_follows_a_templates_path_and_nothing_else() {
+        let union = Union::of(&[Part::Below("/spec/template/spec", &RESOURCES)]).expect("one part");
+        let deployment = json!({"spec": {"replicas": 2, "tolerations": [1],
+            "template": {"metadata": {"labels": {}}, "spec": {"tolerations": [2], "hostNetwork": true}}}});
+        assert_eq!(
+            project(&deployment, union),
+            json!({"spec": {"template": {"spec": {"tolerations": [2]}}}})
+        );
+    }
+
+    #[test]
+    fn a_union_keeps_whole_what_one_shape_keeps_whole_or_has_an_unexpected_type() {
+        let whole = Union::of(&[Part::Here(&RESOURCES), Part::Here(&ALL)]).expect("two parts");
+        let value = json!({"containers": [{"name": "a", "env": []}], "other": 1});
+        assert_eq!(project(&value, whole), value);
+        let union = Union::of(&[Part::Here(&RESOURCES), Part::Here(&POD_SPEC)]).expect("two parts");
+        for value in [
+            json!({"containers": {"name": "not a list"}}),
+            json!({"tolerations": "not a list", "containers": ["not a map"]}),
+            json!("a string"),
+        ] {
+            assert_eq!(project(&value, union), value);
+        }
+    }
+
+    #[test]
+    fn a_union_of_too_many_parts_is_refused_and_a_missing_object_reads_as_none() {
+        assert!(Union::of(&[Part::Here(&ALL); UNION_PARTS]).is_some());
+        assert!(Union::of(&[Part::Here(&ALL); UNION_PARTS + 1]).is_none());
+        let union = pod_union(&RESOURCES);
+        for body in [
+            r#"{"request": {"object": null}}"#,
+            r#"{"request": 5}"#,
+            r#"{"kind": "x"}"#,
+        ] {
+            let read = read_at(
+                &mut serde_json::Deserializer::from_str(body),
+                &["request", "object"],
+                union,
+            );
+            assert_eq!(read.expect("reads"), None, "{body}");
         }
     }
 }

@@ -116,6 +116,9 @@ pub struct RawSubject<'a> {
 /// `metadata.managedFields`, `None` for one it does not have.
 pub trait WholeObjects {
     fn read_whole(&self) -> Result<(Option<Value>, Option<Value>), serde_json::Error>;
+    /// Only the parts of `object` that `keep` keeps (what a review of a created object reads
+    /// when its rules name what they read); `None` when the request has no object.
+    fn read_object(&self, keep: document::Union) -> Result<Option<Value>, serde_json::Error>;
 }
 
 impl<'a> RawSubject<'a> {
@@ -345,7 +348,16 @@ impl Engine {
                 Sketched::MayAct(active) => sketched_active = Some(active),
             }
         }
-        let (object, old) = match subject.whole.read_whole() {
+        // A created object whose rules each name what they read is read no further: most of
+        // a large pod is never built.
+        let reads = sketched_active
+            .as_deref()
+            .and_then(|active| run::object_reads(active, target));
+        let read = match reads {
+            Some(keep) => subject.whole.read_object(keep).map(|object| (object, None)),
+            None => subject.whole.read_whole(),
+        };
+        let (object, old) = match read {
             Ok(objects) => objects,
             Err(error) => {
                 return Outcome::skipped(
@@ -760,6 +772,71 @@ mod tests {
         let object = pod(json!({"nodeName": "n1", "containers": "not a list"}));
         let outcome = engine().review(&create("", "Pod", &object), &cluster());
         assert!(matches!(outcome.skipped, Some(Skip::UndecodablePodSpec(_))));
+    }
+
+    #[test]
+    fn a_field_no_rule_that_may_act_reads_is_never_decoded() {
+        // Only node-affinity may act, and it reads nodeName, affinity and tolerations: a
+        // broken volume list (which the API server's own decoding refuses before admission)
+        // is not built, and the repair is the one the same pod gets with valid volumes.
+        let broken = pod(json!({"nodeName": "n1", "volumes": "not a list",
+            "containers": [{"name": "a", "ports": 80}]}));
+        let valid = pod(json!({"nodeName": "n1", "containers": [{"name": "a"}]}));
+        let review = |object| engine().review(&create("", "Pod", object), &cluster());
+        let (repaired, expected) = (review(&broken), review(&valid));
+        assert_eq!(repaired.skipped, None);
+        assert_eq!(repaired.patch, expected.patch);
+        assert!(!repaired.patch.is_empty());
+    }
+
+    /// A rule that reads `hostNetwork` but names only `nodeName` as what it reads.
+    struct MisdeclaredReads;
+
+    static ONLY_NODE_NAME: document::Shape =
+        document::Shape::Fields(&[("nodeName", &document::Shape::All)]);
+
+    impl Rule for MisdeclaredReads {
+        fn info(&self) -> &'static rules::RuleInfo {
+            &rules::node_affinity::INFO
+        }
+        fn modes(&self) -> rules::Modes {
+            rules::Modes {
+                pods: Mode::Enforce,
+                templates: Mode::Enforce,
+            }
+        }
+        fn may_apply(&self, _: &Value, _: &rules::PodMeta) -> bool {
+            true
+        }
+        fn reads(&self) -> Option<&'static document::Shape> {
+            Some(&ONLY_NODE_NAME)
+        }
+        fn repair(
+            &self,
+            spec: &mut k8s_openapi::api::core::v1::PodSpec,
+            _: &rules::PodMeta,
+            _: &rules::RuleContext<'_>,
+        ) -> Vec<String> {
+            if spec.host_network == Some(true) {
+                return Vec::new();
+            }
+            spec.node_name = None;
+            vec!["removed nodeName".to_string()]
+        }
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "its `reads` does not name")]
+    fn debug_builds_catch_a_rule_that_reads_more_than_it_names() {
+        let engine = Engine {
+            rules: vec![Box::new(MisdeclaredReads)],
+            status_rules: Vec::new(),
+            exclude_namespaces: Vec::new(),
+        };
+        let object =
+            pod(json!({"nodeName": "n1", "hostNetwork": true, "containers": [{"name": "a"}]}));
+        engine.review(&create("", "Pod", &object), &cluster());
     }
 
     #[test]

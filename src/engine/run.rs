@@ -9,12 +9,14 @@ use json_patch::jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 
+use super::document::{self, OBJECT, Part, Shape, Union};
 use super::patch::{parse_pointer, prefixed};
 use super::scope::InScope;
 use super::{Engine, Finding, Skip, spec_diff};
 use crate::cluster::ClusterView;
 use crate::config::Mode;
 use crate::rules::{Rule, RuleContext};
+use crate::target::Target;
 
 /// The rules that may act on the spec: not off for its kind of target, not skipped by its
 /// annotations, and whose cheap look at the raw spec found something.
@@ -32,6 +34,38 @@ pub(super) fn active<'e>(engine: &'e Engine, scope: &InScope<'_>) -> Vec<(&'e dy
                 && rule.may_apply(scope.raw_spec, &scope.meta)
         })
         .collect()
+}
+
+/// What every pod spec needs to decode, whatever the rules read: each container's name.
+static SPEC_NEEDS: Shape = Shape::Fields(&[("containers", &Shape::Items(&NAME))]);
+static NAME: Shape = Shape::Fields(&[("name", &Shape::All)]);
+
+/// What `active` read of a pod spec, when each names its parts ([`Rule::reads`]): the spec
+/// the rules are run on. `None` when one reads the whole spec.
+pub(super) fn spec_reads(active: &[(&dyn Rule, Mode)]) -> Option<Union> {
+    reads(active, None, Part::Here)
+}
+
+/// What a review of a created `target` reads of its object when `active` may act: the
+/// sketch's fields (scope) and what the rules read of its pod spec. `None` when a rule reads
+/// the whole spec: the object is then read whole.
+pub(super) fn object_reads(active: &[(&dyn Rule, Mode)], target: &Target) -> Option<Union> {
+    reads(active, Some(Part::Here(&OBJECT)), |spec| {
+        Part::Below(target.spec, spec)
+    })
+}
+
+fn reads(
+    active: &[(&dyn Rule, Mode)],
+    object: Option<Part>,
+    at_spec: impl Fn(&'static Shape) -> Part,
+) -> Option<Union> {
+    let mut parts: Vec<Part> = object.into_iter().collect();
+    parts.push(at_spec(&SPEC_NEEDS));
+    for (rule, _) in active {
+        parts.push(at_spec(rule.reads()?));
+    }
+    Union::of(&parts)
 }
 
 /// A pod spec as the rules left it.
@@ -57,19 +91,58 @@ pub(super) struct Ran {
     pub applied: Option<State>,
 }
 
-/// Runs `active` on the typed spec, in registry order. A spec that does not decode is left
-/// to the API server's validation, which says what is wrong.
+/// Runs `active` on the typed spec, in registry order: on the parts of it they read when each
+/// names them ([`spec_reads`]). A spec that does not decode is left to the API server's
+/// validation, which says what is wrong.
 pub(super) fn run(
     active: Vec<(&dyn Rule, Mode)>,
     scope: &InScope<'_>,
     cluster: &dyn ClusterView,
 ) -> Result<Ran, Skip> {
-    let original = PodSpec::deserialize(scope.raw_spec)
+    let read = spec_reads(&active).map(|keep| document::project(scope.raw_spec, keep));
+    let original = PodSpec::deserialize(read.as_ref().unwrap_or(scope.raw_spec))
         .map_err(|error| Skip::UndecodablePodSpec(error.to_string().into()))?;
     let cx = RuleContext {
         namespace: scope.namespace,
         cluster,
     };
+    #[cfg(debug_assertions)]
+    let checked = read.is_some().then(|| active.clone());
+    let ran = run_rules(active, original, scope, &cx);
+    #[cfg(debug_assertions)]
+    if let Some(active) = checked {
+        check_reads(active, &ran, scope, &cx);
+    }
+    Ok(ran)
+}
+
+/// Debug builds (every unit, property, fixture and fuzz run): rules run on the parts of a spec
+/// they name find what they find on the whole spec, where it decodes.
+#[cfg(debug_assertions)]
+fn check_reads(
+    active: Vec<(&dyn Rule, Mode)>,
+    ran: &Ran,
+    scope: &InScope<'_>,
+    cx: &RuleContext<'_>,
+) {
+    if let Ok(whole) = PodSpec::deserialize(scope.raw_spec) {
+        let on_whole = run_rules(active, whole, scope, cx);
+        debug_assert!(
+            on_whole.findings == ran.findings,
+            "a rule read a part of the pod spec its `reads` does not name:\n{:?}\n{:?}",
+            on_whole.findings,
+            ran.findings
+        );
+    }
+}
+
+/// Runs `active` on `original`.
+fn run_rules(
+    active: Vec<(&dyn Rule, Mode)>,
+    original: PodSpec,
+    scope: &InScope<'_>,
+    cx: &RuleContext<'_>,
+) -> Ran {
     let mut ran = Ran::new(original, scope);
     for (rule, mode) in active {
         // The spec before this rule, copied only when needed: to diff against once a rule has
@@ -77,14 +150,14 @@ pub(super) fn run(
         // the applied state if this rule only warns and changes something (it parts them).
         let may_part = ran.applied.is_none() && mode != Mode::Enforce;
         let before = (ran.repaired.touched || may_part).then(|| ran.repaired.spec.clone());
-        let messages = rule.repair(&mut ran.repaired.spec, &scope.meta, &cx);
+        let messages = rule.repair(&mut ran.repaired.spec, &scope.meta, cx);
         let patch = ran.step_patch(before.as_ref());
         if messages.is_empty() && patch.is_empty() {
             continue;
         }
         let touched_before = std::mem::replace(&mut ran.repaired.touched, true);
         if !patch.is_empty() {
-            ran.follow_in_applied((rule, mode), before, touched_before, scope, &cx);
+            ran.follow_in_applied((rule, mode), before, touched_before, scope, cx);
         }
         ran.findings.push(Finding {
             rule: rule.id(),
@@ -94,7 +167,7 @@ pub(super) fn run(
             patch,
         });
     }
-    Ok(ran)
+    ran
 }
 
 impl Ran {

@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::AgentRequestsConfig;
 use crate::dind::GUARD_CONTAINER;
+use crate::engine::document::Shape;
 use crate::quantity::{self, Milli};
 
 /// The rule's id, summary and help (see [`RuleInfo`]).
@@ -54,6 +55,22 @@ impl AgentRequests {
     }
 }
 
+/// What the repair reads and changes of a container: its resources, and by its name and
+/// restart policy, whether it is the guard and whether it runs beside the others (a sidecar).
+static CONTAINER_READS: Shape = Shape::Fields(&[
+    ("name", &Shape::All),
+    ("resources", &Shape::All),
+    ("restartPolicy", &Shape::All),
+]);
+
+/// What the repair reads and changes of a pod spec (the parts it compares and restores, see
+/// `repaired_parts`): the engine builds only these.
+static READS: Shape = Shape::Fields(&[
+    ("containers", &Shape::Items(&CONTAINER_READS)),
+    ("initContainers", &Shape::Items(&CONTAINER_READS)),
+    ("resources", &Shape::All),
+]);
+
 impl Rule for AgentRequests {
     fn info(&self) -> &'static RuleInfo {
         &INFO
@@ -68,6 +85,10 @@ impl Rule for AgentRequests {
 
     fn may_apply(&self, _raw_spec: &Value, meta: &PodMeta) -> bool {
         self.is_agent(meta)
+    }
+
+    fn reads(&self) -> Option<&'static Shape> {
+        Some(&READS)
     }
 
     fn repair(&self, spec: &mut PodSpec, meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String> {

@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use crate::cluster::ClusterView;
 use crate::config::{Config, Mode};
+use crate::engine::document::Shape;
 
 /// The labels and annotations that go with a pod spec: the Pod's own, or its template's;
 /// and the kind of the controller its pods have.
@@ -88,6 +89,15 @@ pub trait Rule: Send + Sync {
     /// (`podmend.io/…`) but no others, and only the spec fields `engine::document`'s sketch
     /// keeps: the webhook decides on the sketch which rules run on the whole object.
     fn may_apply(&self, raw_spec: &Value, meta: &PodMeta) -> bool;
+    /// The parts of a pod spec `repair` reads or changes, when it reads only some; `None` (the
+    /// default) for the whole spec. When every rule that may act names its parts, the engine
+    /// builds only those (and each container's name, which a spec needs to decode): the rest
+    /// of a large pod is never built. `repair` then sees a spec without the other fields, so
+    /// a field it reads must be named here; debug builds check that `repair` finds the same on
+    /// the whole spec.
+    fn reads(&self) -> Option<&'static Shape> {
+        None
+    }
     /// Repairs `spec` in place and returns one short message per change (≤ 120 characters
     /// where possible); an empty list means there was nothing to repair.
     fn repair(&self, spec: &mut PodSpec, meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String>;

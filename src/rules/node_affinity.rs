@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::NodeAffinityConfig;
+use crate::engine::document::Shape;
 
 /// The rule's id, summary and help (see [`RuleInfo`]).
 pub const INFO: RuleInfo = RuleInfo {
@@ -37,6 +38,13 @@ impl NodeAffinity {
     }
 }
 
+/// What the repair reads and changes of a pod spec: the engine builds only these.
+static READS: Shape = Shape::Fields(&[
+    ("nodeName", &Shape::All),
+    ("affinity", &Shape::All),
+    ("tolerations", &Shape::All),
+]);
+
 impl Rule for NodeAffinity {
     fn info(&self) -> &'static RuleInfo {
         &INFO
@@ -54,6 +62,10 @@ impl Rule for NodeAffinity {
             .get("nodeName")
             .and_then(Value::as_str)
             .is_some_and(|name| !name.is_empty())
+    }
+
+    fn reads(&self) -> Option<&'static Shape> {
+        Some(&READS)
     }
 
     fn repair(&self, spec: &mut PodSpec, _meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String> {
