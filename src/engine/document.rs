@@ -117,7 +117,8 @@ fn read_by_rules(annotation: &str) -> bool {
 }
 
 /// A template: the labels and annotations it gives its pods, and their spec.
-static TEMPLATE_METADATA: Shape = Shape::Fields(&[("labels", &ALL), ("annotations", &ANNOTATIONS)]);
+pub static TEMPLATE_METADATA: Shape =
+    Shape::Fields(&[("labels", &ALL), ("annotations", &ANNOTATIONS)]);
 static TEMPLATE: Shape = Shape::Fields(&[("metadata", &TEMPLATE_METADATA), ("spec", &POD_SPEC)]);
 static JOB_SPEC: Shape = Shape::Fields(&[("template", &TEMPLATE)]);
 static JOB_TEMPLATE: Shape = Shape::Fields(&[("spec", &JOB_SPEC)]);
@@ -143,6 +144,10 @@ static METADATA: Shape = Shape::Fields(&[
     (MANAGED_FIELDS, &DROPPED),
 ]);
 
+/// What scope reads of an object once the rules that may act are known: its metadata (a
+/// template's own is [`TEMPLATE_METADATA`], at the target's metadata pointer).
+pub static SCOPE: Shape = Shape::Fields(&[("metadata", &METADATA)]);
+
 /// The object: its metadata, its spec, and a PodTemplate's top-level `template`.
 pub static OBJECT: Shape = Shape::Fields(&[
     ("metadata", &METADATA),
@@ -163,6 +168,9 @@ trait Keep: Copy {
     fn items(self) -> Option<Self>;
     /// Whether an object met here is kept whole: a list or everything was expected.
     fn keeps_object_whole(self) -> bool;
+    /// Whether what is skipped is counted for nesting: on the first read of a body (the
+    /// sketch), which refuses one too deep; not on a second read of the same body.
+    fn counts_skipped(self) -> bool;
 }
 
 impl Keep for &'static Shape {
@@ -184,6 +192,9 @@ impl Keep for &'static Shape {
     fn keeps_object_whole(self) -> bool {
         matches!(self, Shape::Items(_) | Shape::All)
     }
+    fn counts_skipped(self) -> bool {
+        true
+    }
 }
 
 /// The most shapes one [`Union`] reads as one: the sketch's, the fields every pod spec needs
@@ -191,7 +202,9 @@ impl Keep for &'static Shape {
 pub const UNION_PARTS: usize = 8;
 
 /// Several shapes read as one: a field is kept when one of them keeps it. A part may stand
-/// below the value read, at a JSON Pointer (a pod spec's place in its object).
+/// below the value read, at a JSON Pointer (a pod spec's place in its object). A union reads
+/// a body the sketch read first, or a value already parsed, both with their nesting checked:
+/// what it skips is passed over uncounted, as fast as serde_json can.
 #[derive(Clone, Copy)]
 pub struct Union {
     parts: [Part; UNION_PARTS],
@@ -300,6 +313,10 @@ impl Keep for Union {
         self.parts()
             .iter()
             .any(|part| part.here().is_some_and(Keep::keeps_object_whole))
+    }
+    /// A union reads a body the sketch read first (and counted), or a parsed value.
+    fn counts_skipped(self) -> bool {
+        false
     }
 }
 
@@ -455,7 +472,10 @@ impl<'de, K: Keep> Visitor<'de> for Shaped<K> {
                     let value = access.next_value_seed(Shaped(keep))?;
                     map.insert(key.into_owned(), value);
                 }
-                None => access.next_value_seed(Skipped)?,
+                None if self.0.counts_skipped() => access.next_value_seed(Skipped)?,
+                None => {
+                    access.next_value::<IgnoredAny>()?;
+                }
             }
         }
         Ok(Value::Object(map))

@@ -9,7 +9,7 @@ use json_patch::jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 
-use super::document::{self, OBJECT, Part, Shape, Union};
+use super::document::{self, Part, SCOPE, Shape, TEMPLATE_METADATA, Union};
 use super::patch::{parse_pointer, prefixed};
 use super::scope::InScope;
 use super::{Engine, Finding, Skip, spec_diff};
@@ -43,24 +43,27 @@ static NAME: Shape = Shape::Fields(&[("name", &Shape::All)]);
 /// What `active` read of a pod spec, when each names its parts ([`Rule::reads`]): the spec
 /// the rules are run on. `None` when one reads the whole spec.
 pub(super) fn spec_reads(active: &[(&dyn Rule, Mode)]) -> Option<Union> {
-    reads(active, None, Part::Here)
+    reads(active, &[], Part::Here)
 }
 
-/// What a review of a created `target` reads of its object when `active` may act: the
-/// sketch's fields (scope) and what the rules read of its pod spec. `None` when a rule reads
-/// the whole spec: the object is then read whole.
+/// What a review of a created `target` reads of its object once the sketch showed `active`
+/// may act: what scope reads (the object's metadata and the template's), and what the rules
+/// read of its pod spec. `None` when a rule reads the whole spec: the object is then read
+/// whole.
 pub(super) fn object_reads(active: &[(&dyn Rule, Mode)], target: &Target) -> Option<Union> {
-    reads(active, Some(Part::Here(&OBJECT)), |spec| {
-        Part::Below(target.spec, spec)
-    })
+    let scope = [
+        Part::Here(&SCOPE),
+        Part::Below(target.metadata, &TEMPLATE_METADATA),
+    ];
+    reads(active, &scope, |spec| Part::Below(target.spec, spec))
 }
 
 fn reads(
     active: &[(&dyn Rule, Mode)],
-    object: Option<Part>,
+    object: &[Part],
     at_spec: impl Fn(&'static Shape) -> Part,
 ) -> Option<Union> {
-    let mut parts: Vec<Part> = object.into_iter().collect();
+    let mut parts: Vec<Part> = object.to_vec();
     parts.push(at_spec(&SPEC_NEEDS));
     for (rule, _) in active {
         parts.push(at_spec(rule.reads()?));
