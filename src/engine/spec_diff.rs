@@ -24,6 +24,9 @@ pub(super) struct Seen {
     /// The container lists a rule changed in place (see [`in_place`]): read afterwards, they
     /// are not as the spec had them first.
     changed_in_place: Vec<&'static str>,
+    /// The operations of a container list's diff in place, while one rule alone changed it:
+    /// its diff from the first spec to the last is that rule's. `None` once another did.
+    only_in_place: Vec<(&'static str, Option<Vec<PatchOperation>>)>,
 }
 
 struct SeenField {
@@ -36,6 +39,14 @@ struct SeenField {
 impl Seen {
     fn get(&self, name: &str) -> Option<&SeenField> {
         self.fields.iter().find(|field| field.name == name)
+    }
+
+    /// The diff in place of the container list `name`, when one rule alone changed it.
+    fn only_in_place(&self, name: &str) -> Option<&Vec<PatchOperation>> {
+        self.only_in_place
+            .iter()
+            .find(|(list, _)| *list == name)
+            .and_then(|(_, ops)| ops.as_ref())
     }
 }
 
@@ -67,7 +78,7 @@ pub(super) fn step(before: &PodSpec, after: &PodSpec, seen: &mut Seen) -> json_p
             .iter()
             .zip(&mut reads)
             .map(|(name, read)| match read {
-                Read::InPlace(ops) => Change::Below(std::mem::take(ops)),
+                Read::InPlace(ops) => Change::Below(ops.clone()),
                 Read::Whole(read, after) => {
                     let before = match read {
                         Some(read) => read.as_ref(),
@@ -88,17 +99,34 @@ pub(super) fn step(before: &PodSpec, after: &PodSpec, seen: &mut Seen) -> json_p
 impl Seen {
     /// Keeps what one rule's diff read of the field `name`.
     fn record(&mut self, name: &'static str, read: Read) {
+        let changed_before = self.get(name).is_some() || self.changed_in_place.contains(&name);
+        let only = self
+            .only_in_place
+            .iter_mut()
+            .find(|(list, _)| *list == name);
         match read {
-            Read::InPlace(_) => {
+            Read::InPlace(ops) => {
+                match only {
+                    Some((_, only)) => *only = None,
+                    None => self
+                        .only_in_place
+                        .push((name, (!changed_before).then_some(ops))),
+                }
                 if !self.changed_in_place.contains(&name) {
                     self.changed_in_place.push(name);
                 }
             }
             Read::Whole(Some(first), last) => {
+                if let Some((_, only)) = only {
+                    *only = None;
+                }
                 let first = (!self.changed_in_place.contains(&name)).then_some(first);
                 self.fields.push(SeenField { name, first, last });
             }
             Read::Whole(None, last) => {
+                if let Some((_, only)) = only {
+                    *only = None;
+                }
                 if let Some(field) = self.fields.iter_mut().find(|f| f.name == name) {
                     field.last = last;
                 }
@@ -114,7 +142,10 @@ pub(super) fn since(original: &PodSpec, now: &PodSpec, seen: &Seen) -> json_patc
     let names = changed_fields(original, now);
     let in_place: Vec<_> = names
         .iter()
-        .map(|name| in_place(original, now, name))
+        .map(|name| match seen.only_in_place(name) {
+            Some(ops) => Some(ops.clone()),
+            None => in_place(original, now, name),
+        })
         .collect();
     let wholes: Vec<Option<(FieldRead<'_>, FieldRead<'_>)>> = names
         .iter()
@@ -403,6 +434,27 @@ mod tests {
         // The containers stayed in place: diffed one by one, never read whole.
         assert!(seen.get("containers").is_none());
         assert_eq!(seen.changed_in_place, ["containers"]);
+        // Three rules changed them: the whole repair's diff is not any one rule's.
+        assert!(seen.only_in_place("containers").is_none());
+    }
+
+    #[test]
+    fn a_container_list_one_rule_alone_changed_in_place_is_not_diffed_again() {
+        // As node-affinity then agent-requests repair a pinned agent pod.
+        let original = spec(json!({"nodeName": "n1",
+            "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]}));
+        let mut affinity = original.clone();
+        affinity.node_name = None;
+        affinity.affinity = Some(Default::default());
+        let mut requests = affinity.clone();
+        requests.containers[0].resources = Some(Default::default());
+        let mut seen = Seen::default();
+        let first = step(&original, &affinity, &mut seen);
+        let second = step(&affinity, &requests, &mut seen);
+        assert_eq!(seen.only_in_place("containers"), Some(&second.0));
+        let whole = since(&original, &requests, &seen);
+        assert_eq!(whole, whole_diff(&original, &requests));
+        assert_eq!(whole.0.len(), first.0.len() + second.0.len());
     }
 
     fn toleration(key: &str) -> k8s_openapi::api::core::v1::Toleration {
