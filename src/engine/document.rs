@@ -2,7 +2,7 @@
 //!
 //! - [`sketch`]: a copy that holds only what deciding scope and the rules' `may_apply` read
 //!   (names, namespace, labels, podmend's annotations, owners; nodeName, each container's name, image,
-//!   command and args; hostPath volumes), for all the places a pod spec can be. Most reviews
+//!   command and args; volumes' host paths), for all the places a pod spec can be. Most reviews
 //!   end there, without the object ever being built: that is most of a review's cost.
 //! - [`read_at`] with a [`Union`] of shapes: the sketch's fields and what the rules that may act
 //!   read of the pod spec ([`crate::rules::Rule::reads`]), when each names its parts: a pinned
@@ -96,7 +96,8 @@ static CONTAINER: Shape = Shape::Fields(&[
 ]);
 static CONTAINERS: Shape = Shape::Items(&CONTAINER);
 static HOST_PATH: Shape = Shape::Fields(&[("path", &ALL)]);
-static VOLUME: Shape = Shape::Fields(&[("name", &ALL), ("hostPath", &HOST_PATH)]);
+/// A volume's host path: `dind-rm` looks for the node's Docker socket (not its name).
+static VOLUME: Shape = Shape::Fields(&[("hostPath", &HOST_PATH)]);
 static VOLUMES: Shape = Shape::Items(&VOLUME);
 
 /// A pod spec's fields the rules' `may_apply` read.
@@ -693,7 +694,7 @@ mod tests {
                 "spec": {"nodeName": "n1",
                     "containers": [{"name": "app", "image": "busybox", "command": ["sh"],
                         "args": ["-c", "true"]}],
-                    "volumes": [{"name": "sock", "hostPath": {"path": "/var/run/docker.sock"}}]}
+                    "volumes": [{"hostPath": {"path": "/var/run/docker.sock"}}]}
             })
         );
     }
