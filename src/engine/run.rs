@@ -230,3 +230,34 @@ impl Ran {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::target::TARGETS;
+
+    #[test]
+    fn every_rule_that_names_its_reads_fits_one_union_on_every_target() {
+        let rules = crate::rules::registry(&Config::default());
+        let naming: Vec<(&dyn Rule, Mode)> = rules
+            .iter()
+            .filter(|rule| rule.reads().is_some())
+            .map(|rule| (rule.as_ref(), Mode::Enforce))
+            .collect();
+        assert!(
+            naming.len() >= 2,
+            "node-affinity and agent-requests name their reads"
+        );
+        assert!(spec_reads(&naming).is_some());
+        for target in TARGETS {
+            assert!(object_reads(&naming, target).is_some(), "{}", target.name);
+        }
+        // A rule that reads the whole spec: the object is read whole.
+        let all: Vec<(&dyn Rule, Mode)> = rules
+            .iter()
+            .map(|rule| (rule.as_ref(), Mode::Enforce))
+            .collect();
+        assert!(object_reads(&all, &TARGETS[0]).is_none());
+    }
+}
