@@ -7,15 +7,16 @@
 //! - [`scope`]: whether podmend acts on the request (kind, subresource, operation), then on
 //!   the object (namespace, mirror pods, Deployment-owned ReplicaSets, unchanged templates,
 //!   the skip annotation), and the pod spec with its labels and annotations;
-//! - [`run`]: the rules whose cheap look finds something repair a typed copy of the spec,
-//!   each with its finding and patch;
+//! - [`run`]: the rules whose cheap look finds something repair a typed copy of the spec (of
+//!   the parts they read, when each names them), each with its finding and patch;
 //! - [`patch`]: the patch enforce-mode rules apply and the whole repair, with the
 //!   `podmend.io/mutated` annotation, checked to apply to the object as sent;
 //! - [`diff`]: the name-aware JSON diff the patches are computed with, and [`spec_diff`]:
 //!   that diff of two pod specs, serializing only the fields that differ;
 //! - [`status`]: `UPDATE pods/status` for the status rules;
-//! - [`document`]: the raw object sketched (only what scope and the rules' cheap look read)
-//!   or parsed (without managedFields).
+//! - [`document`]: the raw object sketched (only what scope and the rules' cheap look read),
+//!   read in the parts the rules that may act read of it (when each names them,
+//!   [`Rule::reads`](crate::rules::Rule::reads)), or parsed (without managedFields).
 //!
 //! The patch is the diff of two serializations of the same typed pod spec (before and after
 //! the rules; only the fields that differ are serialized), so a field our Kubernetes types do
