@@ -1,10 +1,11 @@
-//! An object as the webhook receives it, read where it sits in the request's JSON, two ways:
+//! An object as the webhook receives it, read where it sits in the request's JSON, three ways:
 //!
 //! - [`sketch`]: a copy that holds only what deciding scope and the rules' `may_apply` read
-//!   (names, namespace, labels, podmend's annotations, owners; nodeName, each container's name, image,
-//!   command and args; volumes' host paths), for all the places a pod spec can be. Most reviews
-//!   end there, without the object ever being built: that is most of a review's cost.
-//! - [`read_at`] with a [`Union`] of shapes: the sketch's fields and what the rules that may act
+//!   (names, namespace, labels, podmend's annotations, owners' kinds; nodeName, each
+//!   container's name, image, command and args; volumes' host paths), for all the places a pod
+//!   spec can be. Most reviews end there, without the object ever being built: that is most
+//!   of a review's cost.
+//! - [`read_at`] with a [`Union`] of shapes: scope's fields and what the rules that may act
 //!   read of the pod spec ([`crate::rules::Rule::reads`]), when each names its parts: a pinned
 //!   agent pod is repaired without its env, probes, volumes or mounts ever being built.
 //!   [`project`] takes the same parts of an object already parsed (`audit`'s).
@@ -135,13 +136,16 @@ static SPEC: Shape = Shape::Fields(&[
     ("jobTemplate", &JOB_TEMPLATE),
 ]);
 
+/// What scope reads of an owner: whether it is the controller, and its kind.
+static OWNER: Shape = Shape::Fields(&[("kind", &ALL), ("controller", &ALL)]);
+
 static METADATA: Shape = Shape::Fields(&[
     ("name", &ALL),
     ("generateName", &ALL),
     ("namespace", &ALL),
     ("labels", &ALL),
     ("annotations", &ANNOTATIONS),
-    ("ownerReferences", &ALL),
+    ("ownerReferences", &Shape::Items(&OWNER)),
     (MANAGED_FIELDS, &DROPPED),
 ]);
 
@@ -677,7 +681,7 @@ mod tests {
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"},
                 "annotations": {"x": "y", "podmend.io/skip": "all"},
-                "ownerReferences": [{"kind": "ReplicaSet"}],
+                "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "controller": true}],
                 "managedFields": [{"manager": "kubectl"}], "uid": "u"},
             "spec": {"nodeName": "n1", "serviceAccountName": "sa",
                 "containers": [{"name": "app", "image": "busybox", "command": ["sh"],
@@ -690,7 +694,7 @@ mod tests {
             json!({
                 "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"},
                     "annotations": {"podmend.io/skip": "all"},
-                    "ownerReferences": [{"kind": "ReplicaSet"}]},
+                    "ownerReferences": [{"kind": "ReplicaSet", "controller": true}]},
                 "spec": {"nodeName": "n1",
                     "containers": [{"name": "app", "image": "busybox", "command": ["sh"],
                         "args": ["-c", "true"]}],
