@@ -99,8 +99,10 @@ fn applies(
     patch: &[PatchOperation],
     repair: &[PatchOperation],
 ) -> Result<(), Skip> {
+    // The object is a copy or the review's own read, dropped after: nothing to undo on a
+    // failure, which `patch_unsafe` leaves out (it fails at the same operation as `patch`).
     let check = |mut object: Value, candidate: &[PatchOperation]| {
-        json_patch::patch(&mut object, candidate).map_err(|error| {
+        json_patch::patch_unsafe(&mut object, candidate).map_err(|error| {
             Skip::UndecodablePodSpec(
                 format!("the repair does not apply to the object as sent: {error}").into(),
             )
