@@ -375,7 +375,9 @@ impl<'de> Visitor<'de> for At<'_> {
         };
         let mut found = None;
         while let Some(key) = access.next_key_seed(Key)? {
-            if found.is_none() && key == *first {
+            // A key written twice: the last one, as serde_json's `Value` keeps it (`decode`
+            // refuses a request or review that repeats one of its own fields).
+            if key == *first {
                 let below = At {
                     path: rest,
                     keep: self.keep,
@@ -848,6 +850,8 @@ mod tests {
         let union = pod_union(&RESOURCES);
         for body in [
             r#"{"request": {"object": null}}"#,
+            // A key written twice: the last one, as a parsed `Value` keeps it.
+            r#"{"request": {"object": {"metadata": {"name": "a"}}, "object": null}}"#,
             r#"{"request": 5}"#,
             r#"{"kind": "x"}"#,
         ] {
