@@ -202,7 +202,7 @@ impl Keep for &'static Shape {
     }
 }
 
-/// The most shapes one [`Union`] reads as one: the sketch's, the fields every pod spec needs
+/// The most shapes one [`Union`] reads as one: scope's two, the fields every pod spec needs
 /// to decode, and one per rule, with room to spare.
 pub const UNION_PARTS: usize = 8;
 
@@ -254,13 +254,13 @@ impl Part {
 
 impl Union {
     /// These parts read as one; `None` for more than [`UNION_PARTS`] of them.
-    pub fn of(parts: &[Part]) -> Option<Self> {
+    pub fn of(parts: impl IntoIterator<Item = Part>) -> Option<Self> {
         let mut union = Union {
             parts: [Part::Here(&DROPPED); UNION_PARTS],
             len: 0,
         };
         for part in parts {
-            union.push(*part).ok()?;
+            union.push(part).ok()?;
         }
         Some(union)
     }
@@ -780,7 +780,7 @@ mod tests {
     }
     /// A union of the sketch's shape and `reads` at a Pod's spec.
     fn pod_union(reads: &'static Shape) -> Union {
-        Union::of(&[Part::Here(&OBJECT), Part::Below("/spec", reads)]).expect("two parts")
+        Union::of([Part::Here(&OBJECT), Part::Below("/spec", reads)]).expect("two parts")
     }
 
     static RESOURCES: Shape = Shape::Fields(&[
@@ -819,7 +819,7 @@ mod tests {
 
     #[test]
     fn a_union_part_below_follows_a_templates_path_and_nothing_else() {
-        let union = Union::of(&[Part::Below("/spec/template/spec", &RESOURCES)]).expect("one part");
+        let union = Union::of([Part::Below("/spec/template/spec", &RESOURCES)]).expect("one part");
         let deployment = json!({"spec": {"replicas": 2, "tolerations": [1],
             "template": {"metadata": {"labels": {}}, "spec": {"tolerations": [2], "hostNetwork": true}}}});
         assert_eq!(
@@ -830,10 +830,10 @@ mod tests {
 
     #[test]
     fn a_union_keeps_whole_what_one_shape_keeps_whole_or_has_an_unexpected_type() {
-        let whole = Union::of(&[Part::Here(&RESOURCES), Part::Here(&ALL)]).expect("two parts");
+        let whole = Union::of([Part::Here(&RESOURCES), Part::Here(&ALL)]).expect("two parts");
         let value = json!({"containers": [{"name": "a", "env": []}], "other": 1});
         assert_eq!(project(&value, whole), value);
-        let union = Union::of(&[Part::Here(&RESOURCES), Part::Here(&POD_SPEC)]).expect("two parts");
+        let union = Union::of([Part::Here(&RESOURCES), Part::Here(&POD_SPEC)]).expect("two parts");
         for value in [
             json!({"containers": {"name": "not a list"}}),
             json!({"tolerations": "not a list", "containers": ["not a map"]}),
@@ -845,8 +845,8 @@ mod tests {
 
     #[test]
     fn a_union_of_too_many_parts_is_refused_and_a_missing_object_reads_as_none() {
-        assert!(Union::of(&[Part::Here(&ALL); UNION_PARTS]).is_some());
-        assert!(Union::of(&[Part::Here(&ALL); UNION_PARTS + 1]).is_none());
+        assert!(Union::of([Part::Here(&ALL); UNION_PARTS]).is_some());
+        assert!(Union::of([Part::Here(&ALL); UNION_PARTS + 1]).is_none());
         let union = pod_union(&RESOURCES);
         for body in [
             r#"{"request": {"object": null}}"#,

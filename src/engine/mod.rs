@@ -372,7 +372,12 @@ impl Engine {
             return status::review(self, target, &parsed, cluster).named(object.as_ref());
         }
         let name = object.as_ref().map_or("", document::name).into();
-        let outcome = match self.repair_spec(target, &parsed, cluster, sketched_active) {
+        let spec_read = match reads {
+            Some(_) => run::SpecRead::InPart,
+            None => run::SpecRead::Whole,
+        };
+        let sketched = sketched_active.map(|active| (active, spec_read));
+        let outcome = match self.repair_spec(target, &parsed, cluster, sketched) {
             Repaired::Done(outcome) => outcome,
             // The object was parsed for this review: it is patched in place to check.
             Repaired::Patches(patches) => {
@@ -420,33 +425,34 @@ impl Engine {
     }
 
     /// The rules on a spec in scope, up to the patches, which are not yet checked against
-    /// the object: `finish` does, with an object the caller may own. `active`: the rules that
-    /// may act, when the object's sketch already showed them.
+    /// the object: `finish` does, with an object the caller may own. `sketched`: the rules that
+    /// may act, when the object's sketch already showed them, and how much of the spec the
+    /// object was read with.
     fn repair_spec(
         &self,
         target: &'static Target,
         subject: &Subject<'_>,
         cluster: &dyn ClusterView,
-        active: Option<Vec<(&dyn Rule, Mode)>>,
+        sketched: Option<(run::Active<'_>, run::SpecRead)>,
     ) -> Repaired {
         let in_scope = match scope::pod_spec(self, target, subject) {
             Ok(in_scope) => in_scope,
             Err(outcome) => return Repaired::Done(outcome),
         };
-        let active = match active {
-            Some(sketched) => {
+        let (active, spec_read) = match sketched {
+            Some((sketched, spec_read)) => {
                 debug_assert!(
                     same_rules(&sketched, &run::active(self, &in_scope)),
                     "the sketch and the whole object disagree on the rules that may act"
                 );
-                sketched
+                (sketched, spec_read)
             }
-            None => run::active(self, &in_scope),
+            None => (run::active(self, &in_scope), run::SpecRead::Whole),
         };
         if active.is_empty() {
             return Repaired::Done(Outcome::clean(target));
         }
-        let ran = match run::run(active, &in_scope, cluster) {
+        let ran = match run::run(active, &in_scope, cluster, spec_read) {
             Ok(ran) => ran,
             Err(reason) => return Repaired::Done(Outcome::skipped(Some(target), reason)),
         };

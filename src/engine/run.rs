@@ -18,9 +18,12 @@ use crate::config::Mode;
 use crate::rules::{Rule, RuleContext};
 use crate::target::Target;
 
+/// Rules that may act on a spec, each in the mode it acts in there, in registry order.
+pub(super) type Active<'e> = Vec<(&'e dyn Rule, Mode)>;
+
 /// The rules that may act on the spec: not off for its kind of target, not skipped by its
 /// annotations, and whose cheap look at the raw spec found something.
-pub(super) fn active<'e>(engine: &'e Engine, scope: &InScope<'_>) -> Vec<(&'e dyn Rule, Mode)> {
+pub(super) fn active<'e>(engine: &'e Engine, scope: &InScope<'_>) -> Active<'e> {
     engine
         .rules
         .iter()
@@ -63,12 +66,20 @@ fn reads(
     object: &[Part],
     at_spec: impl Fn(&'static Shape) -> Part,
 ) -> Option<Union> {
-    let mut parts: Vec<Part> = object.to_vec();
-    parts.push(at_spec(&SPEC_NEEDS));
-    for (rule, _) in active {
-        parts.push(at_spec(rule.reads()?));
+    if active.iter().any(|(rule, _)| rule.reads().is_none()) {
+        return None;
     }
-    Union::of(&parts)
+    let rules = active.iter().filter_map(|(rule, _)| rule.reads());
+    let spec = std::iter::once(&SPEC_NEEDS).chain(rules).map(at_spec);
+    Union::of(object.iter().copied().chain(spec))
+}
+
+/// How much of a pod spec in scope was read: all of it, or already only the parts the rules
+/// that may act read (the webhook's second read of a created object).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum SpecRead {
+    Whole,
+    InPart,
 }
 
 /// A pod spec as the rules left it.
@@ -95,14 +106,18 @@ pub(super) struct Ran {
 }
 
 /// Runs `active` on the typed spec, in registry order: on the parts of it they read when each
-/// names them ([`spec_reads`]). A spec that does not decode is left to the API server's
-/// validation, which says what is wrong.
+/// names them ([`spec_reads`]; taken here from a spec read whole). A spec that does not decode
+/// is left to the API server's validation, which says what is wrong.
 pub(super) fn run(
     active: Vec<(&dyn Rule, Mode)>,
     scope: &InScope<'_>,
     cluster: &dyn ClusterView,
+    spec_read: SpecRead,
 ) -> Result<Ran, Skip> {
-    let read = spec_reads(&active).map(|keep| document::project(scope.raw_spec, keep));
+    let read = match spec_read {
+        SpecRead::Whole => spec_reads(&active).map(|keep| document::project(scope.raw_spec, keep)),
+        SpecRead::InPart => None,
+    };
     let original = PodSpec::deserialize(read.as_ref().unwrap_or(scope.raw_spec))
         .map_err(|error| Skip::UndecodablePodSpec(error.to_string().into()))?;
     let cx = RuleContext {
@@ -120,7 +135,8 @@ pub(super) fn run(
 }
 
 /// Debug builds (every unit, property, fixture and fuzz run): rules run on the parts of a spec
-/// they name find what they find on the whole spec, where it decodes.
+/// they name find what they find on the whole spec, where it decodes. Checked where the spec
+/// was read whole (`review`, which the tests hold equal to the webhook's `review_raw`).
 #[cfg(debug_assertions)]
 fn check_reads(
     active: Vec<(&dyn Rule, Mode)>,
