@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::config::Mode;
+use crate::engine::document::scan::Scanner;
 use crate::engine::{Operation, Outcome, RawSubject, WholeObjects, document};
 
 pub const API_VERSION: &str = "admission.k8s.io/v1";
@@ -62,7 +63,7 @@ pub struct GroupVersionKind {
 /// objects are sketched as the body is read (only what deciding needs, see
 /// [`document`]); [`Request::read_whole`] reads them whole from the body when a review needs
 /// more.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionRequest {
     #[serde(default)]
@@ -87,7 +88,7 @@ pub struct AdmissionRequest {
     pub dry_run: Option<bool>,
 }
 
-#[derive(Deserialize)]
+#[derive(Debug, PartialEq, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ReviewIn {
     #[serde(default)]
@@ -183,11 +184,14 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
             error.valid_up_to()
         )))
     })?;
-    let review: ReviewIn = serde_json::from_str(text).map_err(|error| match error.classify() {
-        serde_json::error::Category::Data => AdmissionError::NotAReview(error),
-        _ if error.to_string().starts_with("recursion limit exceeded") => AdmissionError::TooDeep,
-        _ => AdmissionError::NotJson(error),
-    })?;
+    let review = match scan_review(text) {
+        Some(review) => {
+            #[cfg(debug_assertions)]
+            check_scan(text, &review);
+            review
+        }
+        None => read_review(text)?,
+    };
     match review.api_version.as_deref() {
         Some(API_VERSION) => {}
         other => {
@@ -210,6 +214,110 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
         operation,
         body: text,
     })
+}
+
+/// The review read by serde_json: any body, with its error when it is not one.
+fn read_review(text: &str) -> Result<ReviewIn, AdmissionError> {
+    serde_json::from_str(text).map_err(|error| match error.classify() {
+        serde_json::error::Category::Data => AdmissionError::NotAReview(error),
+        _ if error.to_string().starts_with("recursion limit exceeded") => AdmissionError::TooDeep,
+        _ => AdmissionError::NotJson(error),
+    })
+}
+
+/// Debug builds (every unit, property, fixture and fuzz run): what the scanner read is what
+/// serde_json reads.
+#[cfg(debug_assertions)]
+fn check_scan(text: &str, scanned: &ReviewIn) {
+    let read = read_review(text).ok();
+    debug_assert!(
+        read.as_ref() == Some(scanned),
+        "the scanner read a body otherwise than serde_json:\n{scanned:?}\n{read:?}"
+    );
+}
+
+/// The review read by [`document::scan`], the quick way, for the bodies the API server sends;
+/// `None` when the scanner is not sure, and [`read_review`] then decides. It reads as serde's
+/// derive does: unknown fields skipped, `null` as absent for an `Option`, and a field given
+/// twice refused (declined here).
+fn scan_review(text: &str) -> Option<ReviewIn> {
+    let mut scan = Scanner::new(text);
+    let mut review = ReviewIn::default();
+    let mut seen = Seen::default();
+    scan.object(|scan, key| {
+        match key {
+            "apiVersion" => review.api_version = seen.first(0, optional_string(scan))?,
+            "kind" => review.kind = seen.first(1, optional_string(scan))?,
+            "request" if scan.null() => seen.first(2, Some(()))?,
+            "request" => review.request = seen.first(2, scan_request(scan).map(Some))?,
+            _ => scan.skip()?,
+        }
+        Some(())
+    })?;
+    scan.end()?;
+    Some(review)
+}
+
+/// An `AdmissionRequest`, read as [`scan_review`] reads.
+fn scan_request(scan: &mut Scanner<'_>) -> Option<AdmissionRequest> {
+    let mut request = AdmissionRequest::default();
+    let mut seen = Seen::default();
+    scan.object(|scan, key| {
+        match key {
+            "uid" => request.uid = seen.first(0, string(scan))?,
+            "kind" => request.kind = seen.first(1, scan_kind(scan))?,
+            "subResource" => request.sub_resource = seen.first(2, optional_string(scan))?,
+            "name" => request.name = seen.first(3, optional_string(scan))?,
+            "namespace" => request.namespace = seen.first(4, optional_string(scan))?,
+            "operation" => request.operation = seen.first(5, string(scan))?,
+            "object" => request.object_sketch = seen.first(6, scan.sketch())?,
+            "oldObject" => request.old_object_sketch = seen.first(7, scan.sketch())?,
+            "dryRun" => request.dry_run = seen.first(8, scan.optional_bool())?,
+            _ => scan.skip()?,
+        }
+        Some(())
+    })?;
+    Some(request)
+}
+
+fn scan_kind(scan: &mut Scanner<'_>) -> Option<GroupVersionKind> {
+    let mut kind = GroupVersionKind::default();
+    let mut seen = Seen::default();
+    scan.object(|scan, key| {
+        match key {
+            "group" => kind.group = seen.first(0, string(scan))?,
+            "version" => kind.version = seen.first(1, string(scan))?,
+            "kind" => kind.kind = seen.first(2, string(scan))?,
+            _ => scan.skip()?,
+        }
+        Some(())
+    })?;
+    Some(kind)
+}
+
+fn string(scan: &mut Scanner<'_>) -> Option<String> {
+    scan.string().map(str::to_owned)
+}
+
+fn optional_string(scan: &mut Scanner<'_>) -> Option<Option<String>> {
+    scan.optional_string().map(|read| read.map(str::to_owned))
+}
+
+/// The fields of a struct read so far: serde's derive refuses one given twice.
+#[derive(Default)]
+struct Seen(u16);
+
+impl Seen {
+    /// What was read of field `bit`, the first time; `None` (decline) when the field came
+    /// before, or its value did not read.
+    fn first<T>(&mut self, bit: u8, read: Option<T>) -> Option<T> {
+        let mask = 1 << bit;
+        if self.0 & mask != 0 {
+            return None;
+        }
+        self.0 |= mask;
+        read
+    }
 }
 
 /// Which webhook path answers: `/mutate` repairs and warns, `/validate` denies.
@@ -362,6 +470,47 @@ mod tests {
     fn review(request: Value) -> Vec<u8> {
         serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "request": request}))
             .expect("json")
+    }
+
+    /// The captured AdmissionReviews and AdmissionRequests of `tests/fixtures`, as the API
+    /// server sends them, compact.
+    fn captured_reviews() -> Vec<(String, String)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut bodies = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("fixtures") {
+            let path = entry.expect("entry").path();
+            let name = path
+                .file_name()
+                .expect("name")
+                .to_string_lossy()
+                .into_owned();
+            if !(name.starts_with("admission") && name.ends_with(".json")) {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("fixture");
+            let value: Value = serde_json::from_str(&text).expect("json");
+            let review = if value.get("request").is_some() {
+                value
+            } else {
+                json!({"apiVersion": API_VERSION, "kind": KIND, "request": value})
+            };
+            bodies.push((name, review.to_string()));
+        }
+        assert!(
+            bodies.len() >= 10,
+            "found {} captured reviews",
+            bodies.len()
+        );
+        bodies
+    }
+
+    #[test]
+    fn every_captured_review_is_read_by_the_scanner_as_serde_json_reads_it() {
+        for (name, body) in captured_reviews() {
+            let scanned = scan_review(&body);
+            assert!(scanned.is_some(), "the scanner declined {name}");
+            assert_eq!(scanned, read_review(&body).ok(), "{name}");
+        }
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //!   (names, namespace, labels, podmend's annotations, owners' kinds; nodeName, each
 //!   container's name, image, command and args; volumes' host paths), for all the places a pod
 //!   spec can be. Most reviews end there, without the object ever being built: that is most
-//!   of a review's cost.
+//!   of a review's cost. The webhook first tries [`scan`], which builds the same sketch
+//!   without serde's visitors, and reads with serde_json only the bodies it declines.
 //! - [`read_at`] with a [`Union`] of shapes: scope's fields and what the rules that may act
 //!   read of the pod spec ([`crate::rules::Rule::reads`]), when each names its parts: a pinned
 //!   agent pod is repaired without its env, probes, volumes or mounts ever being built.
@@ -22,6 +23,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 use serde_json::{Map, Value};
 
 use super::{MIRROR_ANNOTATION, PODMEND_ANNOTATIONS};
+
+pub mod scan;
 
 /// The whole object, without `metadata.managedFields`, read where it sits in a document (a
 /// request's `object`, through serde's `deserialize_with`); `null` is no object.

@@ -1,0 +1,477 @@
+//! A quick first read of a body, for the webhook's common case: a JSON scanner that walks the
+//! body once, validating what it passes over and building only the [`sketch`](super::sketch).
+//!
+//! It is *conservative*: it reads only what it is sure serde_json reads the same way, and
+//! declines (`None`) everything else — escapes in keys, numbers with exponents, surrogate
+//! escapes, deep nesting, invalid JSON. The caller then reads the body with serde_json, which
+//! decides (and words any error) as before. So a body it accepts gives exactly what
+//! serde_json gives; debug builds check that on every review (`admission::decode`).
+//!
+//! Why not serde_json alone: its visitors cost about three times a plain scan of a body, and
+//! a body the API server sends is nearly all skipped (`managedFields`, kubectl's
+//! `last-applied-configuration`, env, probes, mounts).
+
+use serde_json::{Map, Value};
+
+use super::{OBJECT, Shape};
+
+/// Deeper than this, the scanner declines: serde_json's own limit (128, `admission::MAX_DEPTH`)
+/// then decides, where it counts.
+const DEPTH_LIMIT: usize = 100;
+
+/// A number longer than this is declined: serde_json refuses one too large for an `f64`
+/// (over 300 digits) where it reads numbers, and this scanner does not parse them.
+const NUMBER_LIMIT: usize = 32;
+
+/// A cursor over a body that is known to be UTF-8.
+pub struct Scanner<'a> {
+    text: &'a str,
+    pos: usize,
+    depth: usize,
+}
+
+impl<'a> Scanner<'a> {
+    pub fn new(text: &'a str) -> Self {
+        Scanner {
+            text,
+            pos: 0,
+            depth: 0,
+        }
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    /// The next byte that is not JSON whitespace, not consumed.
+    fn peek(&mut self) -> Option<u8> {
+        let bytes = self.bytes();
+        while let Some(&byte) = bytes.get(self.pos) {
+            if !matches!(byte, b' ' | b'\n' | b'\r' | b'\t') {
+                return Some(byte);
+            }
+            self.pos += 1;
+        }
+        None
+    }
+
+    /// Consumes `byte`, after whitespace.
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.pos += 1)
+    }
+
+    /// The end of the body: nothing but whitespace after the value.
+    pub fn end(&mut self) -> Option<()> {
+        self.peek().is_none().then_some(())
+    }
+
+    /// An object, calling `each` with every key (declining a key with escapes); `each` reads
+    /// that key's value.
+    pub fn object(&mut self, mut each: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.members(|scan| {
+            let key = scan.string()?;
+            scan.expect(b':')?;
+            each(scan, key)
+        })
+    }
+
+    /// An object, calling `each` at every member; `each` reads its key, colon and value.
+    fn members(&mut self, mut each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.expect(b'{')?;
+        self.enter()?;
+        if self.peek()? == b'}' {
+            self.pos += 1;
+        } else {
+            loop {
+                each(self)?;
+                match self.peek()? {
+                    b',' => self.pos += 1,
+                    b'}' => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        self.depth -= 1;
+        Some(())
+    }
+
+    /// An array, calling `each` for every item; `each` reads the item.
+    fn array(&mut self, mut each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.expect(b'[')?;
+        self.enter()?;
+        if self.peek()? == b']' {
+            self.pos += 1;
+        } else {
+            loop {
+                each(self)?;
+                match self.peek()? {
+                    b',' => self.pos += 1,
+                    b']' => {
+                        self.pos += 1;
+                        break;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+        self.depth -= 1;
+        Some(())
+    }
+
+    fn enter(&mut self) -> Option<()> {
+        self.depth += 1;
+        (self.depth <= DEPTH_LIMIT).then_some(())
+    }
+
+    /// A string without escapes, borrowed from the body; `None` for anything else (a string
+    /// with escapes included), with the cursor left where it was.
+    pub fn string(&mut self) -> Option<&'a str> {
+        let start = self.pos;
+        self.expect(b'"')?;
+        let content = self.pos;
+        self.pass_plain_bytes();
+        if self.bytes().get(self.pos) == Some(&b'"') {
+            self.pos += 1;
+            return self.text.get(content..self.pos - 1);
+        }
+        self.pos = start;
+        None
+    }
+
+    /// A string, or `null` (`Some(None)`); `None` for anything else.
+    pub fn optional_string(&mut self) -> Option<Option<&'a str>> {
+        if self.null() {
+            return Some(None);
+        }
+        self.string().map(Some)
+    }
+
+    /// `true` or `false`, or `null` (`Some(None)`); `None` for anything else.
+    pub fn optional_bool(&mut self) -> Option<Option<bool>> {
+        if self.null() {
+            Some(None)
+        } else if self.literal("true") {
+            Some(Some(true))
+        } else if self.literal("false") {
+            Some(Some(false))
+        } else {
+            None
+        }
+    }
+
+    /// Consumes `null` if it comes next.
+    pub fn null(&mut self) -> bool {
+        self.literal("null")
+    }
+
+    fn literal(&mut self, word: &str) -> bool {
+        let next = self.peek().and_then(|_| self.bytes().get(self.pos..));
+        if next.is_some_and(|rest| rest.starts_with(word.as_bytes())) {
+            self.pos += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Passes over one value, checking it is JSON serde_json reads.
+    pub fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            // Keys with escapes too: `managedFields` has them (`k:{\"name\":\"app\"}`).
+            b'{' => self.members(|scan| {
+                scan.skip_string()?;
+                scan.expect(b':')?;
+                scan.skip()
+            }),
+            b'[' => self.array(Self::skip),
+            b'"' => self.skip_string(),
+            b't' => self.literal("true").then_some(()),
+            b'f' => self.literal("false").then_some(()),
+            b'n' => self.null().then_some(()),
+            _ => self.skip_number(),
+        }
+    }
+
+    /// A number without an exponent, no longer than [`NUMBER_LIMIT`].
+    fn skip_number(&mut self) -> Option<()> {
+        let bytes = self.bytes();
+        let start = self.pos;
+        let mut at = start + usize::from(bytes.get(start) == Some(&b'-'));
+        let digits = |at: &mut usize| {
+            let from = *at;
+            while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
+                *at += 1;
+            }
+            *at - from
+        };
+        match bytes.get(at)? {
+            b'0' => at += 1,
+            b'1'..=b'9' => {
+                digits(&mut at);
+            }
+            _ => return None,
+        }
+        if bytes.get(at) == Some(&b'.') {
+            at += 1;
+            if digits(&mut at) == 0 {
+                return None;
+            }
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) || at - start > NUMBER_LIMIT {
+            return None;
+        }
+        self.pos = at;
+        Some(())
+    }
+
+    /// A string, escapes and all.
+    fn skip_string(&mut self) -> Option<()> {
+        self.expect(b'"')?;
+        loop {
+            self.pass_plain_bytes();
+            match *self.bytes().get(self.pos)? {
+                b'"' => {
+                    self.pos += 1;
+                    return Some(());
+                }
+                b'\\' => self.skip_escape()?,
+                // A control character: JSON requires it escaped.
+                _ => return None,
+            }
+        }
+    }
+
+    /// An escape: one of JSON's, and no surrogate (serde_json refuses a lone one where it
+    /// reads strings; pairs are rare enough to leave to it).
+    fn skip_escape(&mut self) -> Option<()> {
+        let bytes = self.bytes();
+        match bytes.get(self.pos + 1)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.pos += 2,
+            b'u' => {
+                let hex = self.text.get(self.pos + 2..self.pos + 6)?;
+                if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return None;
+                }
+                let code = u16::from_str_radix(hex, 16).ok()?;
+                if (0xD800..=0xDFFF).contains(&code) {
+                    return None;
+                }
+                self.pos += 6;
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+
+    /// Moves to the next `"`, `\` or control character of a string (or the end of the body),
+    /// eight bytes at a time.
+    fn pass_plain_bytes(&mut self) {
+        const ONES: u64 = u64::MAX / 255;
+        const HIGHS: u64 = ONES << 7;
+        let rest = self.bytes().get(self.pos..).unwrap_or_default();
+        let mut chunks = rest.chunks_exact(8);
+        let mut passed = 0;
+        for chunk in &mut chunks {
+            let Ok(word) = <[u8; 8]>::try_from(chunk) else {
+                break;
+            };
+            let word = u64::from_le_bytes(word);
+            // A byte's high bit is set where it is below 0x20, or equal to '"' or '\'. Only
+            // the lowest flagged byte is exact, and it is the one wanted.
+            let quote = word ^ (ONES * u64::from(b'"'));
+            let backslash = word ^ (ONES * u64::from(b'\\'));
+            let flagged = (word.wrapping_sub(ONES * 0x20)
+                | (quote.wrapping_sub(ONES) & !quote)
+                | (backslash.wrapping_sub(ONES) & !backslash))
+                & !word
+                & HIGHS;
+            if flagged != 0 {
+                self.pos += passed + flagged.trailing_zeros() as usize / 8;
+                return;
+            }
+            passed += 8;
+        }
+        let tail = chunks.remainder();
+        passed += tail
+            .iter()
+            .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)
+            .unwrap_or(tail.len());
+        self.pos += passed;
+    }
+
+    /// The sketch of the object that comes next (see [`super::sketch`]), `Some(None)` for
+    /// `null`; `None` for anything but an object or `null`.
+    pub fn sketch(&mut self) -> Option<Option<Value>> {
+        if self.null() {
+            return Some(None);
+        }
+        if self.peek()? != b'{' {
+            return None;
+        }
+        self.shaped(&OBJECT).map(Some)
+    }
+
+    /// The value that comes next, with the parts `shape` keeps, as the sketch's visitor keeps
+    /// them: a list where fields were expected, or an object where items were, is kept whole.
+    fn shaped(&mut self, shape: &'static Shape) -> Option<Value> {
+        match (self.peek()?, shape) {
+            (b'{', Shape::Fields(_) | Shape::Entries(_)) => {
+                let mut map = Map::new();
+                self.object(|scan, key| match shape.field(key) {
+                    None | Some(Shape::Dropped) => scan.skip(),
+                    Some(keep) => {
+                        let value = scan.shaped(keep)?;
+                        map.insert(key.to_owned(), value);
+                        Some(())
+                    }
+                })?;
+                Some(Value::Object(map))
+            }
+            (b'[', Shape::Items(item)) => {
+                let mut items = Vec::new();
+                self.array(|scan| {
+                    items.push(scan.shaped(item)?);
+                    Some(())
+                })?;
+                Some(Value::Array(items))
+            }
+            _ => self.whole(),
+        }
+    }
+
+    /// The value that comes next, whole: a string without escapes directly, anything else
+    /// through serde_json, from the bytes just passed over.
+    fn whole(&mut self) -> Option<Value> {
+        if let Some(text) = self.string() {
+            return Some(Value::String(text.to_owned()));
+        }
+        let start = self.pos;
+        self.skip()?;
+        serde_json::from_str(self.text.get(start..self.pos)?).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The sketch by serde_json's read (`None` for an error).
+    fn sketched_by_serde(text: &str) -> Option<Option<Value>> {
+        let mut reader = serde_json::Deserializer::from_str(text);
+        let sketch = super::super::sketch(&mut reader).ok()?;
+        reader.end().ok()?;
+        Some(sketch)
+    }
+
+    /// The sketch by the scanner, if it reads the body whole.
+    fn sketched_by_scan(text: &str) -> Option<Option<Value>> {
+        let mut scan = Scanner::new(text);
+        let sketch = scan.sketch()?;
+        scan.end()?;
+        Some(sketch)
+    }
+
+    /// The scanner gives serde_json's sketch, or declines.
+    fn agrees(text: &str) -> bool {
+        match sketched_by_scan(text) {
+            Some(sketch) => sketched_by_serde(text) == Some(sketch),
+            None => true,
+        }
+    }
+
+    #[test]
+    fn a_pod_sketched_by_the_scanner_is_the_sketch_serde_json_reads() {
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b", "n": "1"},
+                "annotations": {"x": "{\"k\":\"v\\n\"}", "podmend.io/skip": "all"},
+                "ownerReferences": [{"kind": "ReplicaSet", "name": "rs", "controller": true}],
+                "managedFields": [{"manager": "kubectl",
+                    "fieldsV1": {"f:spec": {"k:{\"name\":\"app\"}": {".": {}}}}}], "uid": "u"},
+            "spec": {"nodeName": "n1", "priority": -5, "ratio": 0.25, "none": null,
+                "containers": [{"name": "app", "image": "busybox", "command": ["sh"],
+                    "args": ["-c", "echo \"hi\" \u{e9}"], "env": [{"name": "A", "value": "1"}]}],
+                "volumes": [{"name": "sock", "hostPath": {"path": "/var/run/docker.sock"}}, {}]},
+            "status": {"phase": "Pending", "conditions": []}
+        });
+        for text in [
+            pod.to_string(),
+            serde_json::to_string_pretty(&pod).expect("json"),
+        ] {
+            let sketch = sketched_by_scan(&text).expect("the scanner reads an ordinary pod");
+            assert_eq!(Some(sketch), sketched_by_serde(&text));
+        }
+    }
+
+    #[test]
+    fn unexpected_types_are_kept_whole_as_the_sketch_keeps_them() {
+        for text in [
+            r#"{"metadata": [1, {"a": 2}], "spec": {"containers": {"name": "x"}}}"#,
+            r#"{"metadata": {"labels": "s", "ownerReferences": 3}, "spec": "text"}"#,
+            r#"{"spec": {"containers": [1, "a", null, [2], {"name": "c", "image": 7}]}}"#,
+        ] {
+            assert!(sketched_by_scan(text).is_some(), "declined {text}");
+            assert!(agrees(text), "disagreed on {text}");
+        }
+    }
+
+    #[test]
+    fn what_the_scanner_is_not_sure_of_is_declined() {
+        for text in [
+            r#"{"metadata": {"n\u0061me": "p"}}"#,
+            r#"{"spec": {"x": 1e5}}"#,
+            r#"{"spec": {"x": "\ud83d\ude00"}}"#,
+            r#"{"spec": {"x": 123456789012345678901234567890123}}"#,
+            "[1]",
+            "5",
+            &format!("{{\"spec\": {}{}}}", "[".repeat(120), "]".repeat(120)),
+        ] {
+            assert_eq!(sketched_by_scan(text), None, "read {text}");
+        }
+    }
+
+    #[test]
+    fn invalid_json_is_declined_never_read() {
+        for text in [
+            r#"{"spec": {"x": 01}}"#,
+            r#"{"spec": {"x": -}}"#,
+            r#"{"spec": {"x": 1.}}"#,
+            r#"{"spec": {"x": tru}}"#,
+            r#"{"spec": {"x": "a"} "#,
+            r#"{"spec": {"x": "a",}}"#,
+            r#"{"spec": {"x": "\q"}}"#,
+            r#"{"spec": {"x": "\u12"}}"#,
+            "{\"spec\": {\"x\": \"tab\tinside\"}}",
+            r#"{"spec": {}} x"#,
+            r#"{"spec": {}"#,
+            r#"{"spec" {}}"#,
+        ] {
+            assert!(sketched_by_serde(text).is_none(), "serde_json reads {text}");
+            assert_eq!(sketched_by_scan(text), None, "read {text}");
+        }
+    }
+
+    #[test]
+    fn strings_are_scanned_to_their_end_however_long_and_wherever_the_quote_falls() {
+        for len in 0..40 {
+            let value = "x".repeat(len);
+            for escaped in ["", "\\\"", "\\\\", "\\u00e9"] {
+                let text = format!(
+                    r#"{{"spec": {{"nodeName": "{value}", "y": "{value}{escaped}{value}"}}}}"#
+                );
+                let sketch = sketched_by_scan(&text).expect("reads");
+                assert_eq!(Some(sketch), sketched_by_serde(&text), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_null_object_is_no_object() {
+        assert_eq!(sketched_by_scan(" null "), Some(None));
+    }
+}
