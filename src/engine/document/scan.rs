@@ -76,40 +76,32 @@ impl<'a> Scanner<'a> {
     }
 
     /// An object, calling `each` at every member; `each` reads its key, colon and value.
-    fn members(&mut self, mut each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.expect(b'{')?;
-        self.enter()?;
-        if self.peek()? == b'}' {
-            self.pos += 1;
-        } else {
-            loop {
-                each(self)?;
-                match self.peek()? {
-                    b',' => self.pos += 1,
-                    b'}' => {
-                        self.pos += 1;
-                        break;
-                    }
-                    _ => return None,
-                }
-            }
-        }
-        self.depth -= 1;
-        Some(())
+    fn members(&mut self, each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.delimited(b'{', b'}', each)
     }
 
     /// An array, calling `each` for every item; `each` reads the item.
-    fn array(&mut self, mut each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.expect(b'[')?;
+    fn array(&mut self, each: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.delimited(b'[', b']', each)
+    }
+
+    /// `open`, then what `each` reads, separated by commas, up to `close`.
+    fn delimited(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut each: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.expect(open)?;
         self.enter()?;
-        if self.peek()? == b']' {
+        if self.peek()? == close {
             self.pos += 1;
         } else {
             loop {
                 each(self)?;
                 match self.peek()? {
                     b',' => self.pos += 1,
-                    b']' => {
+                    byte if byte == close => {
                         self.pos += 1;
                         break;
                     }
