@@ -133,22 +133,20 @@ impl<'a> Scanner<'a> {
         None
     }
 
-    /// A string, or `null` (`Some(None)`); `None` for anything else.
-    pub fn optional_string(&mut self) -> Option<Option<&'a str>> {
+    /// `null` as `Some(None)`, or what `read` reads; `None` for anything else.
+    pub fn optional<T>(&mut self, read: impl FnOnce(&mut Self) -> Option<T>) -> Option<Option<T>> {
         if self.null() {
             return Some(None);
         }
-        self.string().map(Some)
+        read(self).map(Some)
     }
 
-    /// `true` or `false`, or `null` (`Some(None)`); `None` for anything else.
-    pub fn optional_bool(&mut self) -> Option<Option<bool>> {
-        if self.null() {
-            Some(None)
-        } else if self.literal("true") {
-            Some(Some(true))
+    /// `true` or `false`; `None` for anything else.
+    pub fn bool(&mut self) -> Option<bool> {
+        if self.literal("true") {
+            Some(true)
         } else if self.literal("false") {
-            Some(Some(false))
+            Some(false)
         } else {
             None
         }
@@ -297,13 +295,12 @@ impl<'a> Scanner<'a> {
     /// The sketch of the object that comes next (see [`super::sketch`]), `Some(None)` for
     /// `null`; `None` for anything but an object or `null`.
     pub fn sketch(&mut self) -> Option<Option<Value>> {
-        if self.null() {
-            return Some(None);
-        }
-        if self.peek()? != b'{' {
-            return None;
-        }
-        self.shaped(&OBJECT).map(Some)
+        self.optional(|scan| {
+            if scan.peek()? != b'{' {
+                return None;
+            }
+            scan.shaped(&OBJECT)
+        })
     }
 
     /// The value that comes next, with the parts `shape` keeps, as the sketch's visitor keeps
