@@ -165,12 +165,42 @@ impl WholeObjects for Request<'_> {
             .map_or((None, None), |r| (r.object, r.old_object)))
     }
 
+    /// Through the scanner, which read this body for the sketch; serde_json reads what it
+    /// declines.
     fn read_object(&self, keep: document::Union) -> Result<Option<Value>, serde_json::Error> {
-        let mut reader = serde_json::Deserializer::from_str(self.body);
-        let object = document::read_at(&mut reader, &["request", "object"], keep)?;
-        reader.end()?;
-        Ok(object)
+        let mut scan = Scanner::new(self.body);
+        let scanned = scan
+            .read_at(OBJECT_PATH, keep)
+            .and_then(|object| scan.end().map(|()| object));
+        match scanned {
+            Some(object) => {
+                #[cfg(debug_assertions)]
+                {
+                    let read = read_object_by_serde(self.body, keep).ok();
+                    debug_assert!(
+                        read.as_ref() == Some(&object),
+                        "the scanner read an object otherwise than serde_json:\n{object:?}\n{read:?}"
+                    );
+                }
+                Ok(object)
+            }
+            None => read_object_by_serde(self.body, keep),
+        }
     }
+}
+
+/// Where a review holds the object it asks about.
+const OBJECT_PATH: &[&str] = &["request", "object"];
+
+/// The created object with the parts `keep` keeps, read by serde_json.
+fn read_object_by_serde(
+    body: &str,
+    keep: document::Union,
+) -> Result<Option<Value>, serde_json::Error> {
+    let mut reader = serde_json::Deserializer::from_str(body);
+    let object = document::read_at(&mut reader, OBJECT_PATH, keep)?;
+    reader.end()?;
+    Ok(object)
 }
 
 /// Decodes an AdmissionReview body in one pass: the envelope's fields podmend does not read
@@ -509,6 +539,34 @@ mod tests {
             let scanned = scan_review(&body);
             assert!(scanned.is_some(), "the scanner declined {name}");
             assert_eq!(scanned, read_review(&body).ok(), "{name}");
+        }
+    }
+
+    #[test]
+    fn every_captured_object_is_read_in_part_by_the_scanner_as_serde_json_reads_it() {
+        use crate::engine::document::{Part, SCOPE, TEMPLATE_METADATA, Union};
+        let rules = crate::rules::registry(&crate::config::Config::default());
+        let reads: Vec<_> = rules.iter().filter_map(|rule| rule.reads()).collect();
+        assert!(!reads.is_empty(), "no rule names what it reads");
+        for (name, body) in captured_reviews() {
+            for target in crate::target::TARGETS {
+                for shape in &reads {
+                    let keep = Union::of([
+                        Part::Here(&SCOPE),
+                        Part::Below(target.metadata, &TEMPLATE_METADATA),
+                        Part::Below(target.spec, shape),
+                    ])
+                    .expect("three parts");
+                    let scanned = Scanner::new(&body).read_at(OBJECT_PATH, keep);
+                    assert!(scanned.is_some(), "the scanner declined {name}");
+                    assert_eq!(
+                        scanned,
+                        read_object_by_serde(&body, keep).ok(),
+                        "{name} at {}",
+                        target.spec
+                    );
+                }
+            }
         }
     }
 

@@ -13,7 +13,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{OBJECT, Shape};
+use super::{Keep, OBJECT, Union};
 
 /// Deeper than this, the scanner declines: serde_json's own limit (128, `admission::MAX_DEPTH`)
 /// then decides, where it counts.
@@ -303,30 +303,66 @@ impl<'a> Scanner<'a> {
         })
     }
 
-    /// The value that comes next, with the parts `shape` keeps, as the sketch's visitor keeps
-    /// them: a list where fields were expected, or an object where items were, is kept whole.
-    fn shaped(&mut self, shape: &'static Shape) -> Option<Value> {
-        match (self.peek()?, shape) {
-            (b'{', Shape::Fields(_) | Shape::Entries(_)) => {
+    /// The value at `path` (object keys) of the document that comes next, with the parts
+    /// `keep` keeps, as [`super::read_at`] reads it; `Some(None)` when the document has no
+    /// such value, or `null` there.
+    pub fn read_at(&mut self, path: &[&str], keep: Union) -> Option<Option<Value>> {
+        Some(self.at(path, keep)?.filter(|value| !value.is_null()))
+    }
+
+    /// [`Self::read_at`]'s walk: anything but an object on the path is no such value, and a
+    /// key written twice reads as its last, as serde_json's `Value` keeps it.
+    fn at(&mut self, path: &[&str], keep: Union) -> Option<Option<Value>> {
+        let Some((first, rest)) = path.split_first() else {
+            return self.shaped(keep).map(Some);
+        };
+        if self.peek()? != b'{' {
+            self.skip()?;
+            return Some(None);
+        }
+        let mut found = None;
+        self.object(|scan, key| {
+            if key == *first {
+                found = scan.at(rest, keep)?;
+            } else {
+                scan.skip()?;
+            }
+            Some(())
+        })?;
+        Some(found)
+    }
+
+    /// The value that comes next, with the parts `keep` keeps, as the serde visitor
+    /// (`Shaped`) keeps them: a list where fields were expected, or an object where items
+    /// were, is kept whole.
+    fn shaped<K: Keep>(&mut self, keep: K) -> Option<Value> {
+        if keep.is_all() {
+            return self.whole();
+        }
+        match self.peek()? {
+            b'{' if !keep.keeps_object_whole() => {
                 let mut map = Map::new();
-                self.object(|scan, key| match shape.field(key) {
-                    None | Some(Shape::Dropped) => scan.skip(),
-                    Some(keep) => {
-                        let value = scan.shaped(keep)?;
+                self.object(|scan, key| match keep.field(key) {
+                    Some(kept) if !kept.is_dropped() => {
+                        let value = scan.shaped(kept)?;
                         map.insert(key.to_owned(), value);
                         Some(())
                     }
+                    _ => scan.skip(),
                 })?;
                 Some(Value::Object(map))
             }
-            (b'[', Shape::Items(item)) => {
-                let mut items = Vec::new();
-                self.array(|scan| {
-                    items.push(scan.shaped(item)?);
-                    Some(())
-                })?;
-                Some(Value::Array(items))
-            }
+            b'[' => match keep.items() {
+                Some(item) => {
+                    let mut items = Vec::new();
+                    self.array(|scan| {
+                        items.push(scan.shaped(item)?);
+                        Some(())
+                    })?;
+                    Some(Value::Array(items))
+                }
+                None => self.whole(),
+            },
             _ => self.whole(),
         }
     }
