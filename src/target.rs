@@ -3,6 +3,8 @@
 
 use serde_json::Value;
 
+use crate::engine::document;
+
 /// A kind that carries a pod spec.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WorkloadKind {
@@ -45,13 +47,13 @@ impl Target {
 /// allocates per segment to unescape `~0`/`~1`; this table's pointers have no escapes, and
 /// the engine looks several of them up in every review.
 pub fn at<'v>(object: &'v Value, pointer: &str) -> Option<&'v Value> {
-    if pointer.is_empty() || pointer.contains('~') {
+    if pointer.is_empty() || pointer.bytes().any(|byte| byte == b'~') {
         return object.pointer(pointer);
     }
     let path = pointer.strip_prefix('/')?;
     path.split('/')
         .try_fold(object, |value, segment| match value {
-            Value::Object(map) => map.get(segment),
+            Value::Object(map) => document::field(map, segment),
             Value::Array(items) => items.get(array_index(segment)?),
             _ => None,
         })

@@ -54,6 +54,26 @@ pub fn name(object: &Value) -> &str {
         .unwrap_or_default()
 }
 
+/// Up to this many fields, a map is searched by comparing keys: what a sketch holds and most
+/// of an object's levels.
+const COMPARED_FIELDS: usize = 16;
+
+/// `map`'s field `key`, as `Map::get` finds it. A small map is searched by comparing its
+/// keys, which costs less than hashing the key once (serde_json's maps hash with SipHash).
+pub fn field<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
+    if map.len() > COMPARED_FIELDS {
+        return map.get(key);
+    }
+    map.iter()
+        .find(|(name, _)| name.as_str() == key)
+        .map(|(_, value)| value)
+}
+
+/// `value`'s field `key` when it is an object: [`field`].
+pub fn get<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
+    value.as_object().and_then(|map| field(map, key))
+}
+
 /// Which fields of a JSON value a sketch keeps.
 pub enum Shape {
     /// The whole value.
@@ -661,6 +681,18 @@ mod tests {
     fn parsed(text: &str) -> Value {
         let read = parse(&mut serde_json::Deserializer::from_str(text));
         read.expect("parses").unwrap_or_default()
+    }
+
+    #[test]
+    fn a_field_is_found_by_comparing_keys_as_a_map_finds_it_by_hashing() {
+        for size in [0, 1, 5, COMPARED_FIELDS, COMPARED_FIELDS + 1, 40] {
+            let map: Map<String, Value> = (0..size)
+                .map(|i| (format!("field-{i}"), Value::from(i)))
+                .collect();
+            for key in ["field-0", "field-4", "field-16", "field-39", "absent", ""] {
+                assert_eq!(field(&map, key), map.get(key), "{key} of {size}");
+            }
+        }
     }
 
     #[test]

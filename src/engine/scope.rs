@@ -102,8 +102,8 @@ pub(super) fn pod_spec<'a>(
     };
     let metadata = target::at(object, target.metadata);
     let meta = PodMeta {
-        labels: string_map(metadata.and_then(|m| m.get("labels"))),
-        annotations: string_map(metadata.and_then(|m| m.get("annotations"))),
+        labels: string_map(metadata.and_then(|m| target::at(m, "/labels"))),
+        annotations: string_map(metadata.and_then(|m| target::at(m, "/annotations"))),
         controller_kind: controller_kind(target, object),
     };
     let skipped_rules = SkipList::from_annotations([&object_annotations, &meta.annotations]);
@@ -138,8 +138,8 @@ pub(super) fn controller_kind(target: &Target, object: &Value) -> Option<String>
         WorkloadKind::Pod => target::at(object, "/metadata/ownerReferences")
             .and_then(Value::as_array)?
             .iter()
-            .find(|owner| owner.get("controller").and_then(Value::as_bool) == Some(true))?
-            .get("kind")
+            .find(|owner| target::at(owner, "/controller").and_then(Value::as_bool) == Some(true))
+            .and_then(|owner| target::at(owner, "/kind"))
             .and_then(Value::as_str)
             .map(str::to_string),
         WorkloadKind::PodTemplate => None,

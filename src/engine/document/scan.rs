@@ -496,6 +496,61 @@ mod tests {
     }
 
     #[test]
+    fn a_skipped_value_is_read_to_the_depth_limit_and_declined_past_it() {
+        // The object itself is one level: its `spec` may nest DEPTH_LIMIT - 1 more.
+        let nested = |repeats: usize, open: &str, close: &str| {
+            format!(
+                r#"{{"spec": {}1{}}}"#,
+                open.repeat(repeats),
+                close.repeat(repeats)
+            )
+        };
+        // Each repeat of `open` opens `levels` containers.
+        for (open, close, levels) in [
+            ("[", "]", 1),
+            (r#"{"k":"#, "}", 1),
+            (r#"[{"k":[],"l":"#, "}]", 2),
+        ] {
+            let deepest = (DEPTH_LIMIT - 1) / levels;
+            let text = nested(deepest, open, close);
+            assert!(sketched_by_scan(&text).is_some(), "declined {text}");
+            assert!(agrees(&text), "disagreed on {text}");
+            let text = nested(deepest + 1, open, close);
+            assert_eq!(sketched_by_scan(&text), None, "read {text}");
+        }
+    }
+
+    #[test]
+    fn skipped_containers_of_every_shape_are_passed_over_as_serde_json_reads_them() {
+        for value in [
+            "{}",
+            "[]",
+            r#"{"a":{},"b":[],"c":[{}],"d":{"e":[[],{}]}}"#,
+            r#"[1, "two", {"three": [3, {"four": null}]}, [true, false], -0.5]"#,
+            r#" { "k\"ey" : [ { } , [ ] ] , "x" : { "y" : { "z" : [ 1 ] } } } "#,
+        ] {
+            let text = format!(r#"{{"spec": {{"skipped": {value}, "nodeName": "n"}}}}"#);
+            assert!(sketched_by_scan(&text).is_some(), "declined {text}");
+            assert!(agrees(&text), "disagreed on {text}");
+        }
+        for value in [
+            "{]",
+            "[}",
+            r#"{"a"}"#,
+            r#"{"a":}"#,
+            "[1,]",
+            r#"{"a":1,}"#,
+            "[1 2]",
+            r#"{"a":1 "b":2}"#,
+            r#"{1:2}"#,
+            "[[]",
+        ] {
+            let text = format!(r#"{{"spec": {{"skipped": {value}, "nodeName": "n"}}}}"#);
+            assert_eq!(sketched_by_scan(&text), None, "read {text}");
+        }
+    }
+
+    #[test]
     fn a_null_object_is_no_object() {
         assert_eq!(sketched_by_scan(" null "), Some(None));
     }

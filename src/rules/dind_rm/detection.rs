@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::PodMeta;
 use crate::config::{DindRmConfig, NodeAgents, SidecarMode};
 use crate::dind::{HOST_DOCKER_SOCKETS, is_docker_image};
+use crate::engine::document::get;
 
 /// The programs that make a container a Docker daemon, whatever its image.
 const DAEMON_PROGRAMS: &[&str] = &["dockerd", "dockerd-entrypoint.sh"];
@@ -232,8 +233,7 @@ pub(super) fn runs_daemon<S: AsRef<str>>(command: Option<&[S]>, args: Option<&[S
 /// The raw form of [`runs_daemon`], for `may_apply`.
 pub(super) fn raw_runs_daemon(container: &Value) -> bool {
     let words = |key: &str| -> Option<Vec<&str>> {
-        container
-            .get(key)?
+        get(container, key)?
             .as_array()
             .map(|list| list.iter().filter_map(Value::as_str).collect())
     };

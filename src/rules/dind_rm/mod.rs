@@ -34,6 +34,7 @@ pub use injection::{CERTS_VOLUME, HEALTH_PORT, POD_IP_ENV};
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::DindRmConfig;
 use crate::dind::{GUARD_CONTAINER, POLICY_ANNOTATION, Policy, is_docker_image};
+use crate::engine::document::get;
 use detection::Survey;
 use injection::GuardSettings;
 
@@ -107,28 +108,27 @@ impl Rule for DindRm {
         }
         let containers: Vec<&Value> = ["containers", "initContainers"]
             .iter()
-            .filter_map(|list| raw_spec.get(list).and_then(Value::as_array))
+            .filter_map(|list| get(raw_spec, list).and_then(Value::as_array))
             .flatten()
             .collect();
         if containers
             .iter()
-            .any(|c| c.get("name").and_then(Value::as_str) == Some(GUARD_CONTAINER))
+            .any(|c| get(c, "name").and_then(Value::as_str) == Some(GUARD_CONTAINER))
         {
             return false;
         }
         let docker = containers.iter().any(|c| {
-            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            let image = get(c, "image").and_then(Value::as_str).unwrap_or("");
             is_docker_image(image)
                 || detection::is_daemon_image(&self.config, image)
                 || detection::raw_runs_daemon(c)
         });
         docker
-            || raw_spec
-                .get("volumes")
+            || get(raw_spec, "volumes")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
-                .filter_map(|v| v.get("hostPath")?.get("path")?.as_str())
+                .filter_map(|v| get(get(v, "hostPath")?, "path")?.as_str())
                 .any(detection::is_host_docker_socket)
     }
 
