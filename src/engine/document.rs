@@ -69,6 +69,16 @@ pub fn field<'v>(map: &'v Map<String, Value>, key: &str) -> Option<&'v Value> {
         .map(|(_, value)| value)
 }
 
+/// [`field`], to change it.
+pub fn field_mut<'v>(map: &'v mut Map<String, Value>, key: &str) -> Option<&'v mut Value> {
+    if map.len() > COMPARED_FIELDS {
+        return map.get_mut(key);
+    }
+    map.iter_mut()
+        .find(|(name, _)| name.as_str() == key)
+        .map(|(_, value)| value)
+}
+
 /// `value`'s field `key` when it is an object: [`field`].
 pub fn get<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
     value.as_object().and_then(|map| field(map, key))
@@ -691,6 +701,8 @@ mod tests {
                 .collect();
             for key in ["field-0", "field-4", "field-16", "field-39", "absent", ""] {
                 assert_eq!(field(&map, key), map.get(key), "{key} of {size}");
+                let mut changed = map.clone();
+                assert_eq!(field_mut(&mut changed, key), map.clone().get_mut(key));
             }
         }
     }

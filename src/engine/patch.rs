@@ -17,6 +17,8 @@ use super::{Finding, MUTATED_ANNOTATION, Outcome, Skip};
 use crate::config::Mode;
 use crate::target::Target;
 
+mod apply;
+
 /// The patch enforce-mode rules apply and the repair of every rule, from what the rules did.
 /// With one rule that changed something, its patch is the whole change: no second diff.
 pub(super) fn spec_patches(
@@ -100,9 +102,10 @@ fn applies(
     repair: &[PatchOperation],
 ) -> Result<(), Skip> {
     // The object is a copy or the review's own read, dropped after: nothing to undo on a
-    // failure, which `patch_unsafe` leaves out (it fails at the same operation as `patch`).
+    // failure, which `apply` leaves out as `patch_unsafe` does (it fails at the same
+    // operation as `patch`).
     let check = |mut object: Value, candidate: &[PatchOperation]| {
-        json_patch::patch_unsafe(&mut object, candidate).map_err(|error| {
+        apply::apply(&mut object, candidate).map_err(|error| {
             Skip::UndecodablePodSpec(
                 format!("the repair does not apply to the object as sent: {error}").into(),
             )
