@@ -8,7 +8,8 @@
 //!   without serde's visitors, and reads with serde_json only the bodies it declines.
 //! - [`read_at`] with a [`Union`] of shapes: scope's fields and what the rules that may act
 //!   read of the pod spec ([`crate::rules::Rule::reads`]), when each names its parts: a pinned
-//!   agent pod is repaired without its env, probes, volumes or mounts ever being built.
+//!   agent pod is repaired without its env, probes, volumes or mounts ever being built. The
+//!   webhook reads it with [`scan`] too, and with serde_json what the scanner declines.
 //!   [`project`] takes the same parts of an object already parsed (`audit`'s).
 //! - [`parse`]: the whole object, without `metadata.managedFields` (the API server's record of
 //!   field owners: often the largest part of an object, never read by a rule).

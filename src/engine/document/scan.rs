@@ -1,5 +1,7 @@
-//! A quick first read of a body, for the webhook's common case: a JSON scanner that walks the
-//! body once, validating what it passes over and building only the [`sketch`](super::sketch).
+//! A quick read of a body, for the webhook's common case: a JSON scanner that walks the body
+//! once, validating what it passes over and building only the [`sketch`](super::sketch); and,
+//! for a created object a rule may act on, only the parts those rules read ([`super::read_at`]
+//! with a [`Union`]).
 //!
 //! It is *conservative*: it reads only what it is sure serde_json reads the same way, and
 //! declines (`None`) everything else — escapes in keys, numbers with exponents, surrogate
