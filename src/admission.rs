@@ -179,7 +179,7 @@ impl WholeObjects for Request<'_> {
                     let read = read_object_by_serde(self.body, keep).ok();
                     debug_assert!(
                         read.as_ref() == Some(&object),
-                        "the scanner read an object otherwise than serde_json:\n{object:?}\n{read:?}"
+                        "the scanner and serde_json read the object apart:\n{object:?}\n{read:?}"
                     );
                 }
                 Ok(object)

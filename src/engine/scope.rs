@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{Engine, MIRROR_ANNOTATION, Operation, Outcome, SKIP_ANNOTATION, Skip, Subject};
+use super::{
+    Engine, MIRROR_ANNOTATION, Operation, Outcome, SKIP_ANNOTATION, Skip, Subject, document,
+};
 use crate::rules::PodMeta;
 use crate::target::{self, Target, WorkloadKind};
 
@@ -102,8 +104,8 @@ pub(super) fn pod_spec<'a>(
     };
     let metadata = target::at(object, target.metadata);
     let meta = PodMeta {
-        labels: string_map(metadata.and_then(|m| target::at(m, "/labels"))),
-        annotations: string_map(metadata.and_then(|m| target::at(m, "/annotations"))),
+        labels: string_map(metadata.and_then(|m| document::get(m, "labels"))),
+        annotations: string_map(metadata.and_then(|m| document::get(m, "annotations"))),
         controller_kind: controller_kind(target, object),
     };
     let skipped_rules = SkipList::from_annotations([&object_annotations, &meta.annotations]);
@@ -138,8 +140,8 @@ pub(super) fn controller_kind(target: &Target, object: &Value) -> Option<String>
         WorkloadKind::Pod => target::at(object, "/metadata/ownerReferences")
             .and_then(Value::as_array)?
             .iter()
-            .find(|owner| target::at(owner, "/controller").and_then(Value::as_bool) == Some(true))
-            .and_then(|owner| target::at(owner, "/kind"))
+            .find(|owner| document::get(owner, "controller").and_then(Value::as_bool) == Some(true))
+            .and_then(|owner| document::get(owner, "kind"))
             .and_then(Value::as_str)
             .map(str::to_string),
         WorkloadKind::PodTemplate => None,
