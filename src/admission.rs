@@ -175,18 +175,23 @@ impl WholeObjects for Request<'_> {
         match scanned {
             Some(object) => {
                 #[cfg(debug_assertions)]
-                {
-                    let read = read_object_by_serde(self.body, keep).ok();
-                    debug_assert!(
-                        read.as_ref() == Some(&object),
-                        "the scanner and serde_json read the object apart:\n{object:?}\n{read:?}"
-                    );
-                }
+                check_scanned_object(self.body, keep, &object);
                 Ok(object)
             }
             None => read_object_by_serde(self.body, keep),
         }
     }
+}
+
+/// Debug builds: the object the scanner read is the one serde_json reads (as [`check_scan`]
+/// for the review).
+#[cfg(debug_assertions)]
+fn check_scanned_object(body: &str, keep: document::Union, scanned: &Option<Value>) {
+    let read = read_object_by_serde(body, keep).ok();
+    debug_assert!(
+        read.as_ref() == Some(scanned),
+        "the scanner read an object otherwise than serde_json:\n{scanned:?}\n{read:?}"
+    );
 }
 
 /// Where a review holds the object it asks about.
@@ -309,6 +314,7 @@ fn scan_request(scan: &mut Scanner<'_>) -> Option<AdmissionRequest> {
     Some(request)
 }
 
+/// The request's `kind`, read as [`scan_review`] reads.
 fn scan_kind(scan: &mut Scanner<'_>) -> Option<GroupVersionKind> {
     let mut kind = GroupVersionKind::default();
     let mut seen = Seen::default();
@@ -581,9 +587,18 @@ mod tests {
         let request = decode(body.as_bytes()).expect("decodes");
         assert_eq!(request.inner.uid, "u1");
         assert_eq!(request.operation, Operation::Create);
-        let sketch = request.inner.object_sketch.expect("an object");
+        let sketch = request.inner.object_sketch.as_ref().expect("an object");
         assert_eq!(sketch["metadata"]["name"], "p");
         assert_eq!(sketch["spec"]["nodeName"], "n1");
+        // The second read of the same body, declined by the scanner too.
+        let keep = document::Union::of([document::Part::Here(&document::OBJECT)]).expect("a part");
+        assert!(Scanner::new(body).read_at(OBJECT_PATH, keep).is_none());
+        let object = request
+            .read_object(keep)
+            .expect("reads")
+            .expect("an object");
+        assert_eq!(object["metadata"]["name"], "p");
+        assert_eq!(object["spec"]["nodeName"], "n1");
     }
 
     #[test]
