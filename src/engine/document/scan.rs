@@ -121,18 +121,18 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string without escapes, borrowed from the body; `None` for anything else (a string
-    /// with escapes included), with the cursor left where it was.
+    /// with escapes included), with the cursor left at it.
     pub fn string(&mut self) -> Option<&'a str> {
-        let start = self.pos;
-        self.expect(b'"')?;
-        let content = self.pos;
-        self.pass_plain_bytes();
-        if self.bytes().get(self.pos) == Some(&b'"') {
-            self.pos += 1;
-            return self.text.get(content..self.pos - 1);
+        if self.peek()? != b'"' {
+            return None;
         }
-        self.pos = start;
-        None
+        let content = self.pos + 1;
+        let end = plain_end(self.bytes(), content);
+        if self.bytes().get(end) != Some(&b'"') {
+            return None;
+        }
+        self.pos = end + 1;
+        self.text.get(content..end)
     }
 
     /// `null` as `Some(None)`, or what `read` reads; `None` for anything else.
@@ -179,7 +179,11 @@ impl<'a> Scanner<'a> {
                 scan.skip()
             }),
             b'[' => self.array(Self::skip),
-            b'"' => self.skip_string(),
+            // The quote is the byte `peek` just saw.
+            b'"' => {
+                self.pos = string_end(self.bytes(), self.pos + 1)?;
+                Some(())
+            }
             b't' => self.literal("true").then_some(()),
             b'f' => self.literal("false").then_some(()),
             b'n' => self.null().then_some(()),
@@ -221,77 +225,11 @@ impl<'a> Scanner<'a> {
 
     /// A string, escapes and all.
     fn skip_string(&mut self) -> Option<()> {
-        self.expect(b'"')?;
-        loop {
-            self.pass_plain_bytes();
-            match *self.bytes().get(self.pos)? {
-                b'"' => {
-                    self.pos += 1;
-                    return Some(());
-                }
-                b'\\' => self.skip_escape()?,
-                // A control character: JSON requires it escaped.
-                _ => return None,
-            }
+        if self.peek()? != b'"' {
+            return None;
         }
-    }
-
-    /// An escape: one of JSON's, and no surrogate (serde_json refuses a lone one where it
-    /// reads strings; pairs are rare enough to leave to it).
-    fn skip_escape(&mut self) -> Option<()> {
-        let bytes = self.bytes();
-        match bytes.get(self.pos + 1)? {
-            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.pos += 2,
-            b'u' => {
-                let hex = self.text.get(self.pos + 2..self.pos + 6)?;
-                if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return None;
-                }
-                let code = u16::from_str_radix(hex, 16).ok()?;
-                if (0xD800..=0xDFFF).contains(&code) {
-                    return None;
-                }
-                self.pos += 6;
-            }
-            _ => return None,
-        }
+        self.pos = string_end(self.bytes(), self.pos + 1)?;
         Some(())
-    }
-
-    /// Moves to the next `"`, `\` or control character of a string (or the end of the body),
-    /// eight bytes at a time.
-    fn pass_plain_bytes(&mut self) {
-        const ONES: u64 = u64::MAX / 255;
-        const HIGHS: u64 = ONES << 7;
-        let rest = self.bytes().get(self.pos..).unwrap_or_default();
-        let mut chunks = rest.chunks_exact(8);
-        let mut passed = 0;
-        for chunk in &mut chunks {
-            let Ok(word) = <[u8; 8]>::try_from(chunk) else {
-                break;
-            };
-            let word = u64::from_le_bytes(word);
-            // A byte's high bit is set where it is below 0x20, or equal to '"' or '\'. Only
-            // the lowest flagged byte is exact, and it is the one wanted.
-            let quote = word ^ (ONES * u64::from(b'"'));
-            let backslash = word ^ (ONES * u64::from(b'\\'));
-            let flagged = (word.wrapping_sub(ONES * 0x20)
-                | (quote.wrapping_sub(ONES) & !quote)
-                | (backslash.wrapping_sub(ONES) & !backslash))
-                & !word
-                & HIGHS;
-            if flagged != 0 {
-                self.pos += passed + flagged.trailing_zeros() as usize / 8;
-                return;
-            }
-            passed += 8;
-        }
-        let tail = chunks.remainder();
-        passed += tail
-            .iter()
-            .position(|&byte| byte == b'"' || byte == b'\\' || byte < 0x20)
-            .unwrap_or(tail.len());
-        self.pos += passed;
     }
 
     /// The sketch of the object that comes next (see [`super::sketch`]), `Some(None)` for
@@ -379,6 +317,75 @@ impl<'a> Scanner<'a> {
         self.skip()?;
         serde_json::from_str(self.text.get(start..self.pos)?).ok()
     }
+}
+
+/// Where the string whose content starts at `at` ends (past its closing quote), escapes and
+/// all; `None` for a control character, an escape JSON does not have, a surrogate escape, or
+/// no closing quote. Free of the scanner, so the position stays in a register: this loop is
+/// most of what a body costs to pass over.
+fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        at = plain_end(bytes, at);
+        match *bytes.get(at)? {
+            b'"' => return Some(at + 1),
+            b'\\' => at = escape_end(bytes, at)?,
+            // A control character: JSON requires it escaped.
+            _ => return None,
+        }
+    }
+}
+
+/// Where the escape at `at` ends: one of JSON's, and no surrogate (serde_json refuses a lone
+/// one where it reads strings; pairs are rare enough to leave to it).
+fn escape_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match bytes.get(at + 1)? {
+        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(at + 2),
+        b'u' => {
+            let hex = std::str::from_utf8(bytes.get(at + 2..at + 6)?).ok()?;
+            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return None;
+            }
+            let code = u16::from_str_radix(hex, 16).ok()?;
+            if (0xD800..=0xDFFF).contains(&code) {
+                return None;
+            }
+            Some(at + 6)
+        }
+        _ => None,
+    }
+}
+
+/// The first `"`, `\` or control character at or after `at` (or the end of `bytes`), eight
+/// bytes at a time.
+fn plain_end(bytes: &[u8], mut at: usize) -> usize {
+    while let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
+        let flagged = special_bytes(u64::from_le_bytes(*word));
+        if flagged != 0 {
+            return at + flagged.trailing_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    while bytes
+        .get(at)
+        .is_some_and(|&byte| byte != b'"' && byte != b'\\' && byte >= 0x20)
+    {
+        at += 1;
+    }
+    at
+}
+
+/// The high bit of each byte of `word` (little-endian) set where the byte is below 0x20, or
+/// equal to `"` or `\`. Only the lowest flagged byte is exact (a borrow may flag bytes above
+/// it), and it is the one wanted. A byte's high bit is the same in `word`, `word ^ '"'s` and
+/// `word ^ '\'s`, so one `!word` stands for the three.
+fn special_bytes(word: u64) -> u64 {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGHS: u64 = ONES << 7;
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    (word.wrapping_sub(ONES * 0x20) | quote.wrapping_sub(ONES) | backslash.wrapping_sub(ONES))
+        & !word
+        & HIGHS
 }
 
 #[cfg(test)]
