@@ -371,20 +371,20 @@ impl Webhook {
     }
 }
 
-/// What to answer, before it is put on the wire.
+/// What to answer, before it is put on the wire. The patch is the outcome's own, not a copy.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct AdmissionDecision {
+pub struct AdmissionDecision<'a> {
     pub allowed: bool,
-    pub patch: Vec<PatchOperation>,
+    pub patch: &'a [PatchOperation],
     pub warnings: Vec<String>,
     pub denial: Option<String>,
 }
 
-impl AdmissionDecision {
+impl<'a> AdmissionDecision<'a> {
     /// Turns the engine's outcome into the answer of one webhook. `/mutate` applies
     /// `enforce` repairs and warns for `enforce` and `warn`; `/validate` rejects for `deny`.
     /// A note (a finding with nothing to repair) is warned in every mode, never denied.
-    pub fn from_outcome(outcome: &Outcome, webhook: Webhook) -> Self {
+    pub fn from_outcome(outcome: &'a Outcome, webhook: Webhook) -> Self {
         match webhook {
             Webhook::Mutate => {
                 let mut warnings = Vec::new();
@@ -405,7 +405,7 @@ impl AdmissionDecision {
                 }
                 AdmissionDecision {
                     allowed: true,
-                    patch: outcome.patch.clone(),
+                    patch: &outcome.patch,
                     warnings,
                     denial: None,
                 }
@@ -440,60 +440,61 @@ fn clip(mut warning: String) -> String {
     warning
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'static str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    warnings: &'a [String],
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut<'a>>,
-}
-
-#[derive(Serialize)]
-struct StatusOut<'a> {
-    code: u16,
-    reason: &'static str,
-    message: &'a str,
-}
-
-/// Serializes the AdmissionReview response for `request`.
-pub fn encode_response(uid: &str, decision: &AdmissionDecision) -> Vec<u8> {
-    let patch = (!decision.patch.is_empty()).then(|| {
-        // Serializing patch operations (strings and JSON values) cannot fail.
-        let bytes = serde_json::to_vec(&decision.patch).unwrap_or_default();
-        base64::engine::general_purpose::STANDARD.encode(bytes)
+/// Serializes the AdmissionReview response for `request`: `apiVersion`, `kind`, and the
+/// `response` with `uid` and `allowed`, then `patchType` and `patch`, `warnings` and `status`
+/// when there are any. Written field by field rather than through a derived struct: the
+/// patch's base64 (most of a repair's answer) goes straight into the answer, neither copied
+/// nor scanned for characters to escape, which it never has.
+pub fn encode_response(uid: &str, decision: &AdmissionDecision<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"apiVersion\":");
+    push_json(&mut out, API_VERSION);
+    out.extend_from_slice(b",\"kind\":");
+    push_json(&mut out, KIND);
+    out.extend_from_slice(b",\"response\":{\"uid\":");
+    push_json(&mut out, uid);
+    out.extend_from_slice(if decision.allowed {
+        b",\"allowed\":true"
+    } else {
+        b",\"allowed\":false"
     });
-    let review = ReviewOut {
-        api_version: API_VERSION,
-        kind: KIND,
-        response: ResponseOut {
-            uid,
-            allowed: decision.allowed,
-            patch_type: patch.as_ref().map(|_| "JSONPatch"),
-            patch,
-            warnings: &decision.warnings,
-            status: decision.denial.as_deref().map(|message| StatusOut {
-                code: 403,
-                reason: "Forbidden",
-                message,
-            }),
-        },
+    if !decision.patch.is_empty() {
+        out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
+        push_base64_json(&mut out, decision.patch);
+        out.push(b'"');
+    }
+    if !decision.warnings.is_empty() {
+        out.extend_from_slice(b",\"warnings\":");
+        push_json(&mut out, &decision.warnings);
+    }
+    if let Some(message) = &decision.denial {
+        out.extend_from_slice(b",\"status\":{\"code\":403,\"reason\":\"Forbidden\",\"message\":");
+        push_json(&mut out, message);
+        out.push(b'}');
+    }
+    out.extend_from_slice(b"}}");
+    out
+}
+
+/// Appends `value` as JSON. Strings and lists of strings always serialize: nothing to fail.
+fn push_json(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
+    let _ = serde_json::to_writer(out, value);
+}
+
+/// Appends the patch as JSON, in base64.
+fn push_base64_json(out: &mut Vec<u8>, patch: &[PatchOperation]) {
+    use base64::engine::general_purpose::STANDARD;
+    // Serializing patch operations (strings and JSON values) cannot fail.
+    let json = serde_json::to_vec(patch).unwrap_or_default();
+    let start = out.len();
+    let Some(length) = base64::encoded_len(json.len(), true) else {
+        return;
     };
-    serde_json::to_vec(&review).unwrap_or_default()
+    out.resize(start + length, 0);
+    if let Some(slot) = out.get_mut(start..) {
+        // The slot is exactly the encoded length: encoding cannot run out of room.
+        let _ = STANDARD.encode_slice(&json, slot);
+    }
 }
 
 #[cfg(test)]
@@ -774,7 +775,7 @@ mod tests {
             "u1",
             &AdmissionDecision {
                 allowed: true,
-                patch,
+                patch: &patch,
                 ..AdmissionDecision::default()
             },
         );
@@ -790,6 +791,52 @@ mod tests {
             serde_json::from_slice::<Value>(&decoded).expect("json"),
             json!([{"op": "remove", "path": "/spec/nodeName"}])
         );
+    }
+
+    #[test]
+    fn the_response_is_written_as_serde_json_writes_the_same_fields() {
+        let patch: Vec<PatchOperation> = serde_json::from_value(json!([
+            {"op": "add", "path": "/metadata/annotations/a~1b", "value": "q\"é\n"}
+        ]))
+        .expect("patch");
+        let warnings = vec![
+            "podmend x: \"quoted\" \\ é \u{1}".to_string(),
+            "second".into(),
+        ];
+        let base64 = |ops: &[PatchOperation]| {
+            base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(ops).expect("json"))
+        };
+        let cases = [
+            (
+                AdmissionDecision::default(),
+                json!({"uid": "u\"1", "allowed": false}),
+            ),
+            (
+                AdmissionDecision {
+                    allowed: true,
+                    patch: &patch,
+                    warnings: warnings.clone(),
+                    denial: None,
+                },
+                json!({"uid": "u\"1", "allowed": true, "patchType": "JSONPatch",
+                       "patch": base64(&patch), "warnings": warnings}),
+            ),
+            (
+                AdmissionDecision {
+                    denial: Some("no \"way\" \u{7f}".into()),
+                    ..AdmissionDecision::default()
+                },
+                json!({"uid": "u\"1", "allowed": false,
+                       "status": {"code": 403, "reason": "Forbidden", "message": "no \"way\" \u{7f}"}}),
+            ),
+        ];
+        for (decision, response) in cases {
+            let expected = json!({"apiVersion": API_VERSION, "kind": KIND, "response": response});
+            assert_eq!(
+                String::from_utf8(encode_response("u\"1", &decision)).expect("UTF-8"),
+                serde_json::to_string(&expected).expect("json"),
+            );
+        }
     }
 
     #[test]
@@ -816,16 +863,15 @@ mod tests {
     }
 
     fn outcome_with(mode: Mode, patch: Vec<PatchOperation>) -> Outcome {
-        Outcome {
-            findings: vec![crate::engine::Finding {
-                rule: "dind-rm",
-                mode,
-                messages: vec!["left alone: a node agent".into()],
-                advice: "",
-                patch,
-            }],
-            ..Outcome::default()
-        }
+        let mut outcome = Outcome::default();
+        outcome.findings = vec![crate::engine::Finding {
+            rule: "dind-rm",
+            mode,
+            messages: vec!["left alone: a node agent".into()],
+            advice: "",
+            patch,
+        }];
+        outcome
     }
 
     #[test]

@@ -142,7 +142,7 @@ fn injected_args(engine: &Engine, object: &Value) -> Option<Vec<String>> {
     };
     let outcome = engine.review(&subject, &StaticCluster::empty());
     let mut repaired = object.clone();
-    json_patch::patch(&mut repaired, &outcome.repair).expect("the repair applies");
+    json_patch::patch(&mut repaired, outcome.repair()).expect("the repair applies");
     let spec = [
         "/spec/jobTemplate/spec/template/spec",
         "/spec/template/spec",

@@ -714,7 +714,7 @@ async fn a_dind_template_is_warned_about_and_its_audit_repair_is_valid() {
     };
     let outcome = engine.review(&subject, &podmend::cluster::StaticCluster::empty());
     let mut repaired = deployment.clone();
-    json_patch::patch(&mut repaired, &outcome.repair).expect("the repair applies");
+    json_patch::patch(&mut repaired, outcome.repair()).expect("the repair applies");
     assert_eq!(
         guard_command(&repaired["spec"]["template"]["spec"]).listen,
         vec![Address::Unix("/var/run/docker.sock".into())]

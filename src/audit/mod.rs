@@ -289,11 +289,11 @@ impl Report {
                 patch: finding.patch.clone(),
             });
         }
-        if !outcome.repair.is_empty() {
+        if !outcome.repair().is_empty() {
             self.repairs.push(ObjectRepair {
                 object: object_ref,
                 source,
-                patch: outcome.repair.clone(),
+                patch: outcome.repair().to_vec(),
             });
         }
         outcome

@@ -211,9 +211,9 @@ pub struct Outcome {
     /// What `enforce` applies: every enforce-mode repair plus the `podmend.io/mutated`
     /// annotation. Empty when nothing is applied.
     pub patch: Vec<PatchOperation>,
-    /// Every finding's repair plus the annotation, whatever the modes: the patch the webhook
-    /// sends for this object when every rule enforces. `audit` shows and applies it.
-    pub repair: Vec<PatchOperation>,
+    /// [`Outcome::repair`] when it differs from `patch` (a rule that only warns changed
+    /// something); `None` when the two are one, which is not copied.
+    repair: Option<Vec<PatchOperation>>,
     /// The object's `metadata.name`, or its `generateName` while it has none, when the review
     /// read the object (`None` for a request routed away before): the webhook's log line.
     pub name: Option<Box<str>>,
@@ -240,6 +240,12 @@ impl Outcome {
     fn named(mut self, object: Option<&Value>) -> Self {
         self.name = Some(object.map_or("", document::name).into());
         self
+    }
+
+    /// Every finding's repair plus the annotation, whatever the modes: the patch the webhook
+    /// sends for this object when every rule enforces. `audit` shows and applies it.
+    pub fn repair(&self) -> &[PatchOperation] {
+        self.repair.as_deref().unwrap_or(&self.patch)
     }
 
     /// The findings acted on in `mode`.
@@ -273,7 +279,8 @@ enum Sketched<'e> {
 struct Patches {
     findings: Vec<Finding>,
     patch: Vec<PatchOperation>,
-    repair: Vec<PatchOperation>,
+    /// The repair, when it differs from `patch`.
+    repair: Option<Vec<PatchOperation>>,
 }
 
 impl Patches {
@@ -649,9 +656,9 @@ mod tests {
         let enforced =
             Engine::new(&config).review(&create("apps", "Deployment", &object), &cluster());
         assert!(warned.patch.is_empty());
-        assert_eq!(warned.repair, enforced.patch);
-        assert_eq!(enforced.repair, enforced.patch);
-        let patched = apply(&object, &warned.repair);
+        assert_eq!(warned.repair(), enforced.patch);
+        assert_eq!(enforced.repair(), enforced.patch);
+        let patched = apply(&object, warned.repair());
         assert_eq!(
             patched["spec"]["template"]["metadata"]["annotations"][MUTATED_ANNOTATION],
             "node-affinity,agent-requests"
@@ -927,7 +934,7 @@ mod tests {
         assert!(outcome.patch.is_empty());
         assert_eq!(outcome.findings.len(), 1);
         assert_eq!(outcome.findings[0].mode, Mode::Warn);
-        assert_eq!(outcome.repair.len(), 1);
+        assert_eq!(outcome.repair().len(), 1);
     }
 
     #[test]

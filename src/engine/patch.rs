@@ -21,10 +21,11 @@ mod apply;
 
 /// The patch enforce-mode rules apply and the repair of every rule, from what the rules did.
 /// With one rule that changed something, its patch is the whole change: no second diff.
+/// The repair is `None` when it is the patch: every rule that changed something enforces.
 pub(super) fn spec_patches(
     scope: &InScope<'_>,
     ran: &Ran,
-) -> (Vec<PatchOperation>, Vec<PatchOperation>) {
+) -> (Vec<PatchOperation>, Option<Vec<PatchOperation>>) {
     let mut changing = ran.findings.iter().filter(|f| !f.patch.is_empty());
     let only_change = match (changing.next(), changing.next()) {
         (Some(finding), None) => Some(&finding.patch),
@@ -54,11 +55,13 @@ pub(super) fn spec_patches(
     let repair = annotated(&ran.repaired, &ran.seen, changed_by(&ran.findings, false));
     // While the states are one, every rule that changed something enforces. The rules' diffs
     // were read on the repaired state, not on what enforce-mode rules apply.
-    let patch = match &ran.applied {
-        None => repair.clone(),
-        Some(enforced) => annotated(enforced, &Seen::default(), changed_by(&ran.findings, true)),
-    };
-    (patch, repair)
+    match &ran.applied {
+        None => (repair, None),
+        Some(enforced) => {
+            let patch = annotated(enforced, &Seen::default(), changed_by(&ran.findings, true));
+            (patch, Some(repair))
+        }
+    }
 }
 
 /// The rules whose finding changed something (enforce-mode ones only, if asked).
@@ -72,14 +75,16 @@ fn changed_by(findings: &[Finding], enforced_only: bool) -> Vec<&'static str> {
 
 /// The outcome of a review that ran rules, unless its patches do not apply to the object
 /// as sent (see [`applies`]). An object the caller owns is patched in place, not copied.
+/// `repair`: the whole repair, when it may differ from `patch`; kept only if it does.
 pub(super) fn finish(
     target: &'static Target,
     object: Cow<'_, Value>,
     findings: Vec<Finding>,
     patch: Vec<PatchOperation>,
-    repair: Vec<PatchOperation>,
+    repair: Option<Vec<PatchOperation>>,
 ) -> Outcome {
-    if let Err(reason) = applies(object, &patch, &repair) {
+    let repair = repair.filter(|repair| *repair != patch);
+    if let Err(reason) = applies(object, &patch, repair.as_deref()) {
         return Outcome::skipped(Some(target), reason);
     }
     Outcome {
@@ -99,7 +104,7 @@ pub(super) fn finish(
 fn applies(
     object: Cow<'_, Value>,
     patch: &[PatchOperation],
-    repair: &[PatchOperation],
+    repair: Option<&[PatchOperation]>,
 ) -> Result<(), Skip> {
     // The object is a copy or the review's own read, dropped after: nothing to undo on a
     // failure, which `apply` leaves out as `patch_unsafe` does (it fails at the same
@@ -111,10 +116,9 @@ fn applies(
             )
         })
     };
-    if patch == repair {
-        return check(object.into_owned(), repair);
+    if let Some(repair) = repair {
+        check(object.as_ref().clone(), repair)?;
     }
-    check(object.as_ref().clone(), repair)?;
     check(object.into_owned(), patch)
 }
 

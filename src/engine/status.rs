@@ -65,7 +65,7 @@ pub(super) fn review(
     let original_value = to_json(&original);
     let patch = status_patch(&original_value, &applied);
     let repair = status_patch(&original_value, &repaired);
-    finish(target, Cow::Borrowed(object), findings, patch, repair)
+    finish(target, Cow::Borrowed(object), findings, patch, Some(repair))
 }
 
 /// The status rules that may act on `object`, or why none may: its namespace is excluded,
