@@ -179,11 +179,7 @@ impl<'a> Scanner<'a> {
                 scan.skip()
             }),
             b'[' => self.array(Self::skip),
-            // The quote is the byte `peek` just saw.
-            b'"' => {
-                self.pos = string_end(self.bytes(), self.pos + 1)?;
-                Some(())
-            }
+            b'"' => self.skip_string(),
             b't' => self.literal("true").then_some(()),
             b'f' => self.literal("false").then_some(()),
             b'n' => self.null().then_some(()),
@@ -358,8 +354,8 @@ fn escape_end(bytes: &[u8], at: usize) -> Option<usize> {
 /// The first `"`, `\` or control character at or after `at` (or the end of `bytes`), eight
 /// bytes at a time.
 fn plain_end(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(word) = bytes.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        let flagged = special_bytes(u64::from_le_bytes(*word));
+    while let Some(word) = bytes.get(at..at + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+        let flagged = special_bytes(u64::from_le_bytes(word));
         if flagged != 0 {
             return at + flagged.trailing_zeros() as usize / 8;
         }
