@@ -440,11 +440,11 @@ fn clip(mut warning: String) -> String {
     warning
 }
 
-/// Serializes the AdmissionReview response for `request`: `apiVersion`, `kind`, and the
-/// `response` with `uid` and `allowed`, then `patchType` and `patch`, `warnings` and `status`
-/// when there are any. Written field by field rather than through a derived struct: the
-/// patch's base64 (most of a repair's answer) goes straight into the answer, neither copied
-/// nor scanned for characters to escape, which it never has.
+/// Serializes the AdmissionReview response to the request `uid` names: `apiVersion`, `kind`,
+/// and the `response` with `uid` and `allowed`, then `patchType` and `patch`, `warnings` and
+/// `status` when there are any. Written field by field rather than through a derived struct:
+/// the patch's base64 (most of a repair's answer) goes straight into the answer, neither
+/// copied nor scanned for characters to escape, which it never has.
 pub fn encode_response(uid: &str, decision: &AdmissionDecision<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(b"{\"apiVersion\":");
@@ -487,6 +487,7 @@ fn push_base64_json(out: &mut Vec<u8>, patch: &[PatchOperation]) {
     // Serializing patch operations (strings and JSON values) cannot fail.
     let json = serde_json::to_vec(patch).unwrap_or_default();
     let start = out.len();
+    // `None` only for a length past `usize`, which a patch in memory never has.
     let Some(length) = base64::encoded_len(json.len(), true) else {
         return;
     };

@@ -121,7 +121,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string without escapes, borrowed from the body; `None` for anything else (a string
-    /// with escapes included), with the cursor left at it.
+    /// with escapes included), having passed only the whitespace before it.
     pub fn string(&mut self) -> Option<&'a str> {
         if self.peek()? != b'"' {
             return None;
@@ -354,7 +354,10 @@ fn escape_end(bytes: &[u8], at: usize) -> Option<usize> {
 /// The first `"`, `\` or control character at or after `at` (or the end of `bytes`), eight
 /// bytes at a time.
 fn plain_end(bytes: &[u8], mut at: usize) -> usize {
-    while let Some(word) = bytes.get(at..at + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+    while let Some(word) = bytes
+        .get(at..at + 8)
+        .and_then(|w| <[u8; 8]>::try_from(w).ok())
+    {
         let flagged = special_bytes(u64::from_le_bytes(word));
         if flagged != 0 {
             return at + flagged.trailing_zeros() as usize / 8;
@@ -552,6 +555,26 @@ mod tests {
         ] {
             let text = format!(r#"{{"spec": {{"skipped": {value}, "nodeName": "n"}}}}"#);
             assert_eq!(sketched_by_scan(&text), None, "read {text}");
+        }
+    }
+
+    #[test]
+    fn the_word_test_finds_the_first_quote_backslash_or_control_byte_of_any_word() {
+        let special = |byte: u8| byte == b'"' || byte == b'\\' || byte < 0x20;
+        // Every byte at every place, after plain bytes and before any byte at all: the
+        // lowest flagged byte is the first special one, whatever follows it.
+        for byte in 0..=u8::MAX {
+            for at in 0..8 {
+                for after in [b'a', b'"', 0x00, 0xff, 0x80, b'\\'] {
+                    let mut word = [b'a'; 8];
+                    word[at] = byte;
+                    word[at + 1..].fill(after);
+                    let flagged = special_bytes(u64::from_le_bytes(word));
+                    let first = word.iter().position(|&b| special(b));
+                    let found = (flagged != 0).then(|| flagged.trailing_zeros() as usize / 8);
+                    assert_eq!(found, first, "{word:?}");
+                }
+            }
         }
     }
 
