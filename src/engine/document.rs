@@ -210,6 +210,10 @@ trait Keep: Copy {
     /// Whether what is skipped is counted for nesting: on the first read of a body (the
     /// sketch), which refuses one too deep; not on a second read of the same body.
     fn counts_skipped(self) -> bool;
+    /// How many fields an object kept here has at most, as far as the shapes tell (0 when
+    /// they do not): its map is made that large at once rather than grown and rehashed as
+    /// fields come. Only a hint: a map still grows past it.
+    fn fields_at_most(self) -> usize;
 }
 
 impl Keep for &'static Shape {
@@ -233,6 +237,12 @@ impl Keep for &'static Shape {
     }
     fn counts_skipped(self) -> bool {
         true
+    }
+    fn fields_at_most(self) -> usize {
+        match self {
+            Shape::Fields(fields) => fields.len(),
+            Shape::All | Shape::Items(_) | Shape::Entries(_) | Shape::Dropped => 0,
+        }
     }
 }
 
@@ -356,6 +366,13 @@ impl Keep for Union {
     /// A union reads a body the sketch read first (and counted), or a parsed value.
     fn counts_skipped(self) -> bool {
         false
+    }
+    fn fields_at_most(self) -> usize {
+        // A part below names one field here; one with its own shape here, that shape's.
+        self.parts()
+            .iter()
+            .map(|part| part.here().map_or(1, Keep::fields_at_most))
+            .sum()
     }
 }
 
@@ -503,7 +520,7 @@ impl<'de, K: Keep> Visitor<'de> for Shaped<K> {
             // A map where items were expected: kept whole, as the whole object has it.
             return ValueVisitor.visit_map(access);
         }
-        let mut map = Map::new();
+        let mut map = Map::with_capacity(self.0.fields_at_most());
         while let Some(key) = access.next_key_seed(Key)? {
             match self.0.field(&key) {
                 Some(keep) if keep.is_dropped() => {

@@ -277,7 +277,7 @@ impl<'a> Scanner<'a> {
         }
         match self.peek()? {
             b'{' if !keep.keeps_object_whole() => {
-                let mut map = Map::new();
+                let mut map = Map::with_capacity(keep.fields_at_most());
                 self.object(|scan, key| match keep.field(key) {
                     Some(kept) if !kept.is_dropped() => {
                         let value = scan.shaped(kept)?;
