@@ -60,7 +60,7 @@ pub fn at<'v>(object: &'v Value, pointer: &str) -> Option<&'v Value> {
         };
         value = match value {
             Value::Object(map) => document::field(map, segment)?,
-            Value::Array(items) => items.get(array_index(segment)?)?,
+            Value::Array(items) => items.get(document::array_index(segment)?)?,
             _ => return None,
         };
         match next {
@@ -68,16 +68,6 @@ pub fn at<'v>(object: &'v Value, pointer: &str) -> Option<&'v Value> {
             None => return Some(value),
         }
     }
-}
-
-/// An array index as RFC 6901 writes it: digits, without leading zeros.
-fn array_index(segment: &str) -> Option<usize> {
-    let digits = segment.bytes().all(|b| b.is_ascii_digit());
-    let leading_zero = segment.len() > 1 && segment.starts_with('0');
-    if !digits || leading_zero {
-        return None;
-    }
-    segment.parse().ok()
 }
 
 const TEMPLATE_SPEC: &str = "/spec/template/spec";

@@ -85,6 +85,18 @@ pub fn get<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
     value.as_object().and_then(|map| field(map, key))
 }
 
+/// An array index as RFC 6901 writes it: digits without a leading zero, which both
+/// serde_json's `pointer` and `jsonptr` read as that index. `None` for anything else (`-`,
+/// `+1`, `01`, `""`).
+pub fn array_index(segment: &str) -> Option<usize> {
+    let digits = !segment.is_empty() && segment.bytes().all(|b| b.is_ascii_digit());
+    let leading_zero = segment.len() > 1 && segment.starts_with('0');
+    if !digits || leading_zero {
+        return None;
+    }
+    segment.parse().ok()
+}
+
 /// Which fields of a JSON value a sketch keeps.
 pub enum Shape {
     /// The whole value.

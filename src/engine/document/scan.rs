@@ -561,8 +561,8 @@ mod tests {
     #[test]
     fn the_word_test_finds_the_first_quote_backslash_or_control_byte_of_any_word() {
         let special = |byte: u8| byte == b'"' || byte == b'\\' || byte < 0x20;
-        // Every byte at every place, after plain bytes and before any byte at all: the
-        // lowest flagged byte is the first special one, whatever follows it.
+        // Every byte at every place, after plain bytes and followed by bytes of every kind:
+        // the lowest flagged byte is the first special one, whatever follows it.
         for byte in 0..=u8::MAX {
             for at in 0..8 {
                 for after in [b'a', b'"', 0x00, 0xff, 0x80, b'\\'] {

@@ -9,7 +9,7 @@
 //! operations before left it, which is the object `json_patch` would have reached: it decides,
 //! and words any error as before. Debug builds apply every patch both ways and compare.
 
-use json_patch::jsonptr::{Pointer, Token};
+use json_patch::jsonptr::Pointer;
 use json_patch::{PatchError, PatchOperation};
 use serde_json::Value;
 
@@ -64,7 +64,8 @@ fn quickly(object: &mut Value, operation: &PatchOperation) -> Option<()> {
                     map.insert(last.decoded().into_owned(), add.value.clone());
                 }
                 Value::Array(items) => {
-                    let at = plain_index(&last).filter(|at| *at <= items.len())?;
+                    let at =
+                        document::array_index(last.encoded()).filter(|at| *at <= items.len())?;
                     items.insert(at, add.value.clone());
                 }
                 _ => return None,
@@ -77,7 +78,8 @@ fn quickly(object: &mut Value, operation: &PatchOperation) -> Option<()> {
                     map.remove(last.decoded().as_ref())?;
                 }
                 Value::Array(items) => {
-                    let at = plain_index(&last).filter(|at| *at < items.len())?;
+                    let at =
+                        document::array_index(last.encoded()).filter(|at| *at < items.len())?;
                     items.remove(at);
                 }
                 _ => return None,
@@ -97,19 +99,9 @@ fn walk<'v>(value: &'v mut Value, pointer: &Pointer) -> Option<&'v mut Value> {
         .tokens()
         .try_fold(value, |value, token| match value {
             Value::Object(map) => document::field_mut(map, &token.decoded()),
-            Value::Array(items) => items.get_mut(plain_index(&token)?),
+            Value::Array(items) => items.get_mut(document::array_index(token.encoded())?),
             _ => None,
         })
-}
-
-/// An array index written as digits without a leading zero: what both serde_json and
-/// `jsonptr` read as that index. `None` for anything else (`-`, `+1`, `01`).
-fn plain_index(token: &Token<'_>) -> Option<usize> {
-    let text = token.encoded();
-    let plain = !text.is_empty()
-        && text.bytes().all(|byte| byte.is_ascii_digit())
-        && (text.len() == 1 || !text.starts_with('0'));
-    plain.then(|| text.parse().ok()).flatten()
 }
 
 #[cfg(test)]
