@@ -43,10 +43,10 @@ pub fn sketch<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value
 /// creates is named by the API server after admission); empty when it has neither. A sketch
 /// keeps both.
 pub fn name(object: &Value) -> &str {
-    let metadata = object.get("metadata");
+    let metadata = get(object, "metadata");
     let field = |key| {
         metadata
-            .and_then(|m| m.get(key))
+            .and_then(|m| get(m, key))
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
     };

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::NodeAffinityConfig;
-use crate::engine::document::Shape;
+use crate::engine::document::{Shape, get};
 
 /// The rule's id, summary and help (see [`RuleInfo`]).
 pub const INFO: RuleInfo = RuleInfo {
@@ -58,8 +58,7 @@ impl Rule for NodeAffinity {
     }
 
     fn may_apply(&self, raw_spec: &Value, _meta: &PodMeta) -> bool {
-        raw_spec
-            .get("nodeName")
+        get(raw_spec, "nodeName")
             .and_then(Value::as_str)
             .is_some_and(|name| !name.is_empty())
     }
