@@ -303,15 +303,50 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// The value that comes next, whole: a string without escapes directly, anything else
-    /// through serde_json, from the bytes just passed over.
+    /// The value that comes next, whole: built directly when it holds only what the scanner
+    /// reads exactly (strings without escapes, literals, numbers without exponents, objects
+    /// and lists of them: labels, resources, most of a spec); otherwise through serde_json,
+    /// from the bytes passed over.
     fn whole(&mut self) -> Option<Value> {
-        if let Some(text) = self.string() {
-            return Some(Value::String(text.to_owned()));
+        let (start, depth) = (self.pos, self.depth);
+        if let Some(value) = self.built() {
+            return Some(value);
         }
-        let start = self.pos;
+        (self.pos, self.depth) = (start, depth);
         self.skip()?;
         serde_json::from_str(self.text.get(start..self.pos)?).ok()
+    }
+
+    /// [`Self::whole`]'s direct build; `None` at the first thing it leaves to serde_json (an
+    /// escape, an exponent), with the cursor anywhere: the caller goes back. A number is
+    /// serde_json's own reading of its digits.
+    fn built(&mut self) -> Option<Value> {
+        match self.peek()? {
+            b'"' => self.string().map(|text| Value::String(text.to_owned())),
+            b'{' => {
+                let mut map = Map::new();
+                self.object(|scan, key| {
+                    map.insert(key.to_owned(), scan.built()?);
+                    Some(())
+                })?;
+                Some(Value::Object(map))
+            }
+            b'[' => {
+                let mut items = Vec::new();
+                self.array(|scan| {
+                    items.push(scan.built()?);
+                    Some(())
+                })?;
+                Some(Value::Array(items))
+            }
+            b'n' => self.null().then_some(Value::Null),
+            b't' | b'f' => self.bool().map(Value::Bool),
+            _ => {
+                let start = self.pos;
+                self.skip_number()?;
+                serde_json::from_str(self.text.get(start..self.pos)?).ok()
+            }
+        }
     }
 }
 
@@ -438,6 +473,42 @@ mod tests {
         ] {
             let sketch = sketched_by_scan(&text).expect("the scanner reads an ordinary pod");
             assert_eq!(Some(sketch), sketched_by_serde(&text));
+        }
+    }
+
+    #[test]
+    fn a_value_kept_whole_is_the_value_serde_json_reads_whatever_it_holds() {
+        for labels in [
+            r#"{"app": "web", "tier": ""}"#,
+            r#"{"a": {"b": ["c", true, false, null, [], {}]}, "d": []}"#,
+            r#"{"a": "1", "a": "2", "b": "3"}"#,
+            r#"{"a": "x", "n": 12, "f": -0.5, "z": -0, "big": 18446744073709551615, "s": "y"}"#,
+            r#"{"over": 18446744073709551616, "neg": -9223372036854775809, "f": 1.50}"#,
+            r#"{"a": "x", "e": "line\nbreak", "k\"ey": "v"}"#,
+            r#"[{"a": "b"}, 1, "c\u00e9", {"d": [null]}]"#,
+            r#" { "a" : [ "b" , { } ] } "#,
+            r#"{}"#,
+            r#"[]"#,
+        ] {
+            let text = format!(r#"{{"metadata": {{"labels": {labels}, "name": "n"}}}}"#);
+            let mut scan = Scanner::new(&text);
+            let sketch = scan.sketch().expect("read").expect("an object");
+            let expected: Value = serde_json::from_str(labels).expect("json");
+            assert_eq!(sketch["metadata"]["labels"], expected, "{labels}");
+            assert_eq!(
+                sketch["metadata"]["name"], "n",
+                "{labels}: read on after it"
+            );
+            let keys: Vec<_> = sketch["metadata"]["labels"]
+                .as_object()
+                .map(|map| map.keys().cloned().collect())
+                .unwrap_or_default();
+            let expected_keys: Vec<_> = expected
+                .as_object()
+                .map(|map| map.keys().cloned().collect())
+                .unwrap_or_default();
+            assert_eq!(keys, expected_keys, "{labels}: the keys' order");
+            assert!(agrees(&text), "{labels}");
         }
     }
 
