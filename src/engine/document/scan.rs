@@ -171,60 +171,13 @@ impl<'a> Scanner<'a> {
 
     /// Passes over one value, checking it is JSON serde_json reads.
     pub fn skip(&mut self) -> Option<()> {
-        match self.peek()? {
-            // Keys with escapes too: `managedFields` has them (`k:{\"name\":\"app\"}`).
-            b'{' => self.members(|scan| {
-                scan.skip_string()?;
-                scan.expect(b':')?;
-                scan.skip()
-            }),
-            b'[' => self.array(Self::skip),
-            b'"' => self.skip_string(),
-            b't' => self.literal("true").then_some(()),
-            b'f' => self.literal("false").then_some(()),
-            b'n' => self.null().then_some(()),
-            _ => self.skip_number(),
-        }
+        self.pos = value_end(self.bytes(), self.pos, DEPTH_LIMIT.checked_sub(self.depth)?)?;
+        Some(())
     }
 
     /// A number without an exponent, no longer than [`NUMBER_LIMIT`].
     fn skip_number(&mut self) -> Option<()> {
-        let bytes = self.bytes();
-        let start = self.pos;
-        let mut at = start + usize::from(bytes.get(start) == Some(&b'-'));
-        let digits = |at: &mut usize| {
-            let from = *at;
-            while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
-                *at += 1;
-            }
-            *at - from
-        };
-        match bytes.get(at)? {
-            b'0' => at += 1,
-            b'1'..=b'9' => {
-                digits(&mut at);
-            }
-            _ => return None,
-        }
-        if bytes.get(at) == Some(&b'.') {
-            at += 1;
-            if digits(&mut at) == 0 {
-                return None;
-            }
-        }
-        if matches!(bytes.get(at), Some(b'e' | b'E')) || at - start > NUMBER_LIMIT {
-            return None;
-        }
-        self.pos = at;
-        Some(())
-    }
-
-    /// A string, escapes and all.
-    fn skip_string(&mut self) -> Option<()> {
-        if self.peek()? != b'"' {
-            return None;
-        }
-        self.pos = string_end(self.bytes(), self.pos + 1)?;
+        self.pos = number_end(self.bytes(), self.pos)?;
         Some(())
     }
 
@@ -350,10 +303,130 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// Where the value at or after `at` (after whitespace) ends, checking it is JSON serde_json
+/// reads, with at most `room` levels of nesting; `None` for anything else. One loop over the
+/// bytes, not a call per value: `closes` holds the byte that closes each open container
+/// (in memory, so the string loop keeps its word masks in registers). Keys may have escapes:
+/// `managedFields` has them (`k:{\"name\":\"app\"}`).
+fn value_end(bytes: &[u8], mut at: usize, room: usize) -> Option<usize> {
+    let mut closes = [0u8; DEPTH_LIMIT + 1];
+    let mut depth = 0;
+    'value: loop {
+        at = whitespace_end(bytes, at);
+        match *bytes.get(at)? {
+            open @ (b'{' | b'[') => {
+                depth += 1;
+                if depth > room {
+                    return None;
+                }
+                // `}` and `]` are `{` and `[` plus two.
+                let close = open + 2;
+                *closes.get_mut(depth)? = close;
+                at = whitespace_end(bytes, at + 1);
+                if *bytes.get(at)? == close {
+                    at += 1;
+                    depth -= 1;
+                } else if close == b'}' {
+                    at = member_value(bytes, at)?;
+                    continue 'value;
+                } else {
+                    continue 'value;
+                }
+            }
+            b'"' => at = string_end(bytes, at + 1)?,
+            b't' => at = literal_end(bytes, at, b"true")?,
+            b'f' => at = literal_end(bytes, at, b"false")?,
+            b'n' => at = literal_end(bytes, at, b"null")?,
+            _ => at = number_end(bytes, at)?,
+        }
+        // After a value: the commas and closes that follow it, up to the next value.
+        while depth > 0 {
+            at = whitespace_end(bytes, at);
+            let close = *closes.get(depth)?;
+            match *bytes.get(at)? {
+                b',' if close == b'}' => {
+                    at = member_value(bytes, whitespace_end(bytes, at + 1))?;
+                    continue 'value;
+                }
+                b',' => {
+                    at += 1;
+                    continue 'value;
+                }
+                byte if byte == close => {
+                    at += 1;
+                    depth -= 1;
+                }
+                _ => return None,
+            }
+        }
+        return Some(at);
+    }
+}
+
+/// Past a member's key and colon, the key starting at `at`: where its value starts. Inlined
+/// into [`value_end`]'s loop, as [`string_end`] is.
+#[inline(always)]
+fn member_value(bytes: &[u8], at: usize) -> Option<usize> {
+    if *bytes.get(at)? != b'"' {
+        return None;
+    }
+    let at = whitespace_end(bytes, string_end(bytes, at + 1)?);
+    (*bytes.get(at)? == b':').then_some(at + 1)
+}
+
+/// The first byte at or after `at` that is not JSON whitespace (or the end of `bytes`).
+fn whitespace_end(bytes: &[u8], mut at: usize) -> usize {
+    while bytes
+        .get(at)
+        .is_some_and(|byte| matches!(byte, b' ' | b'\n' | b'\r' | b'\t'))
+    {
+        at += 1;
+    }
+    at
+}
+
+/// Past `word` (`true`, `false`, `null`), when it is at `at`.
+fn literal_end(bytes: &[u8], at: usize, word: &[u8]) -> Option<usize> {
+    let end = at + word.len();
+    (bytes.get(at..end)? == word).then_some(end)
+}
+
+/// Where the number at `at` ends: one without an exponent, no longer than [`NUMBER_LIMIT`];
+/// `None` for anything else.
+fn number_end(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut at = start + usize::from(bytes.get(start) == Some(&b'-'));
+    let digits = |at: &mut usize| {
+        let from = *at;
+        while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
+            *at += 1;
+        }
+        *at - from
+    };
+    match bytes.get(at)? {
+        b'0' => at += 1,
+        b'1'..=b'9' => {
+            digits(&mut at);
+        }
+        _ => return None,
+    }
+    if bytes.get(at) == Some(&b'.') {
+        at += 1;
+        if digits(&mut at) == 0 {
+            return None;
+        }
+    }
+    if matches!(bytes.get(at), Some(b'e' | b'E')) || at - start > NUMBER_LIMIT {
+        return None;
+    }
+    Some(at)
+}
+
 /// Where the string whose content starts at `at` ends (past its closing quote), escapes and
 /// all; `None` for a control character, an escape JSON does not have, a surrogate escape, or
 /// no closing quote. Free of the scanner, so the position stays in a register: this loop is
-/// most of what a body costs to pass over.
+/// most of what a body costs to pass over. Inlined into [`value_end`]'s loop, which keeps its
+/// word masks in registers across every string of a value passed over.
+#[inline(always)]
 fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
     loop {
         at = plain_end(bytes, at);
@@ -371,19 +444,24 @@ fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
 fn escape_end(bytes: &[u8], at: usize) -> Option<usize> {
     match bytes.get(at + 1)? {
         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Some(at + 2),
-        b'u' => {
-            let hex = std::str::from_utf8(bytes.get(at + 2..at + 6)?).ok()?;
-            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return None;
-            }
-            let code = u16::from_str_radix(hex, 16).ok()?;
-            if (0xD800..=0xDFFF).contains(&code) {
-                return None;
-            }
-            Some(at + 6)
-        }
+        b'u' => unicode_escape_end(bytes, at),
         _ => None,
     }
+}
+
+/// [`escape_end`] for `\uXXXX`: rare, so kept out of the string loop.
+#[cold]
+#[inline(never)]
+fn unicode_escape_end(bytes: &[u8], at: usize) -> Option<usize> {
+    let hex = std::str::from_utf8(bytes.get(at + 2..at + 6)?).ok()?;
+    if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let code = u16::from_str_radix(hex, 16).ok()?;
+    if (0xD800..=0xDFFF).contains(&code) {
+        return None;
+    }
+    Some(at + 6)
 }
 
 /// The first `"`, `\` or control character at or after `at` (or the end of `bytes`), eight
@@ -626,6 +704,42 @@ mod tests {
         ] {
             let text = format!(r#"{{"spec": {{"skipped": {value}, "nodeName": "n"}}}}"#);
             assert_eq!(sketched_by_scan(&text), None, "read {text}");
+        }
+    }
+
+    /// A value with every kind of JSON the scanner passes over, and whitespace between.
+    const EVERY_KIND: &str = r#" {"a": [1, -2.5, 0, "x\"y\\z\u00e9\n", true, false, null,
+        {"k\"ey": {}, "e": []}], "b" : {"c":"d"} , "f": [[], [{}]]} "#;
+
+    #[test]
+    fn a_value_of_every_kind_is_passed_over_to_its_end() {
+        let end = value_end(EVERY_KIND.as_bytes(), 0, DEPTH_LIMIT);
+        assert_eq!(end, Some(EVERY_KIND.trim_end().len()));
+    }
+
+    proptest::proptest! {
+        /// Whatever the scanner passes over as a value is JSON serde_json reads: edits of
+        /// every kind anywhere in a value of every kind (ASCII only: a body is UTF-8, checked
+        /// before it is scanned).
+        #[test]
+        fn what_the_scanner_passes_over_is_json_serde_json_reads(
+            edits in proptest::collection::vec((0usize..200, 0u8..0x80, 0u8..3), 1..4)
+        ) {
+            let mut text = EVERY_KIND.as_bytes().to_vec();
+            for (at, byte, how) in edits {
+                let at = at % text.len();
+                match how {
+                    0 => text[at] = byte,
+                    1 => text.insert(at, byte),
+                    _ => {
+                        text.remove(at);
+                    }
+                }
+            }
+            if let Some(end) = value_end(&text, 0, DEPTH_LIMIT) {
+                let read = serde_json::from_slice::<serde::de::IgnoredAny>(&text[..end]);
+                proptest::prop_assert!(read.is_ok(), "{}", String::from_utf8_lossy(&text));
+            }
         }
     }
 
