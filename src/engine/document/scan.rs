@@ -47,14 +47,8 @@ impl<'a> Scanner<'a> {
 
     /// The next byte that is not JSON whitespace, not consumed.
     fn peek(&mut self) -> Option<u8> {
-        let bytes = self.bytes();
-        while let Some(&byte) = bytes.get(self.pos) {
-            if !matches!(byte, b' ' | b'\n' | b'\r' | b'\t') {
-                return Some(byte);
-            }
-            self.pos += 1;
-        }
-        None
+        self.pos = whitespace_end(self.bytes(), self.pos);
+        self.bytes().get(self.pos).copied()
     }
 
     /// Consumes `byte`, after whitespace.
@@ -145,9 +139,9 @@ impl<'a> Scanner<'a> {
 
     /// `true` or `false`; `None` for anything else.
     pub fn bool(&mut self) -> Option<bool> {
-        if self.literal("true") {
+        if self.literal(b"true") {
             Some(true)
-        } else if self.literal("false") {
+        } else if self.literal(b"false") {
             Some(false)
         } else {
             None
@@ -156,17 +150,14 @@ impl<'a> Scanner<'a> {
 
     /// Consumes `null` if it comes next.
     pub fn null(&mut self) -> bool {
-        self.literal("null")
+        self.literal(b"null")
     }
 
-    fn literal(&mut self, word: &str) -> bool {
-        let next = self.peek().and_then(|_| self.bytes().get(self.pos..));
-        if next.is_some_and(|rest| rest.starts_with(word.as_bytes())) {
-            self.pos += word.len();
-            true
-        } else {
-            false
-        }
+    fn literal(&mut self, word: &[u8]) -> bool {
+        self.peek();
+        let end = literal_end(self.bytes(), self.pos, word);
+        self.pos = end.unwrap_or(self.pos);
+        end.is_some()
     }
 
     /// Passes over one value, checking it is JSON serde_json reads.
@@ -267,7 +258,7 @@ impl<'a> Scanner<'a> {
         }
         (self.pos, self.depth) = (start, depth);
         self.skip()?;
-        serde_json::from_str(self.text.get(start..self.pos)?).ok()
+        self.parsed_since(start)
     }
 
     /// [`Self::whole`]'s direct build; `None` at the first thing it leaves to serde_json (an
@@ -297,9 +288,14 @@ impl<'a> Scanner<'a> {
             _ => {
                 let start = self.pos;
                 self.skip_number()?;
-                serde_json::from_str(self.text.get(start..self.pos)?).ok()
+                self.parsed_since(start)
             }
         }
+    }
+
+    /// What serde_json reads of the bytes passed over since `start`.
+    fn parsed_since(&self, start: usize) -> Option<Value> {
+        serde_json::from_str(self.text.get(start..self.pos)?).ok()
     }
 }
 
