@@ -5,10 +5,11 @@
 
 use base64::Engine as _;
 use json_patch::PatchOperation;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
 use crate::config::Mode;
+use crate::engine::document::Sketch;
 use crate::engine::document::scan::Scanner;
 use crate::engine::{Operation, Outcome, RawSubject, WholeObjects, document};
 
@@ -65,7 +66,7 @@ pub struct GroupVersionKind {
 /// more.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct AdmissionRequest {
+pub struct AdmissionRequest<'a> {
     #[serde(default)]
     pub uid: String,
     #[serde(default)]
@@ -79,30 +80,35 @@ pub struct AdmissionRequest {
     #[serde(default)]
     pub operation: String,
     /// A sketch of `object`.
-    #[serde(default, rename = "object", deserialize_with = "document::sketch")]
-    pub object_sketch: Option<Value>,
+    #[serde(default, rename = "object", deserialize_with = "sketch")]
+    pub object_sketch: Option<Sketch<'a>>,
     /// A sketch of `oldObject`.
-    #[serde(default, rename = "oldObject", deserialize_with = "document::sketch")]
-    pub old_object_sketch: Option<Value>,
+    #[serde(default, rename = "oldObject", deserialize_with = "sketch")]
+    pub old_object_sketch: Option<Sketch<'a>>,
     #[serde(default)]
     pub dry_run: Option<bool>,
 }
 
 #[derive(Debug, PartialEq, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn {
+struct ReviewIn<'a> {
     #[serde(default)]
     api_version: Option<String>,
     #[serde(default)]
     kind: Option<String>,
     #[serde(default)]
-    request: Option<AdmissionRequest>,
+    request: Option<AdmissionRequest<'a>>,
+}
+
+/// [`document::sketch`] as serde_json reads it, for a body the scanner declines.
+fn sketch<'de, 'a, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Sketch<'a>>, D::Error> {
+    Ok(document::sketch(deserializer)?.map(Sketch::from))
 }
 
 /// A decoded request, ready for the engine.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
-    pub inner: AdmissionRequest,
+    pub inner: AdmissionRequest<'a>,
     pub operation: Operation,
     /// The body it was decoded from (checked to be UTF-8), read again for the whole objects.
     body: &'a str,
@@ -138,7 +144,7 @@ impl<'a> Request<'a> {
             .object_sketch
             .as_ref()
             .or(self.inner.old_object_sketch.as_ref())
-            .map_or("", document::name)
+            .map_or("", |sketch| document::name(sketch))
     }
 }
 
@@ -252,7 +258,7 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
 }
 
 /// The review read by serde_json: any body, with its error when it is not one.
-fn read_review(text: &str) -> Result<ReviewIn, AdmissionError> {
+fn read_review(text: &str) -> Result<ReviewIn<'_>, AdmissionError> {
     serde_json::from_str(text).map_err(|error| match error.classify() {
         serde_json::error::Category::Data => AdmissionError::NotAReview(error),
         _ if error.to_string().starts_with("recursion limit exceeded") => AdmissionError::TooDeep,
@@ -263,7 +269,7 @@ fn read_review(text: &str) -> Result<ReviewIn, AdmissionError> {
 /// Debug builds (every unit, property, fixture and fuzz run): what the scanner read is what
 /// serde_json reads.
 #[cfg(debug_assertions)]
-fn check_scan(text: &str, scanned: &ReviewIn) {
+fn check_scan(text: &str, scanned: &ReviewIn<'_>) {
     let read = read_review(text).ok();
     debug_assert!(
         read.as_ref() == Some(scanned),
@@ -275,7 +281,7 @@ fn check_scan(text: &str, scanned: &ReviewIn) {
 /// `None` when the scanner is not sure, and [`read_review`] then decides. It reads as serde's
 /// derive does: unknown fields skipped, `null` as absent for an `Option`, and a field given
 /// twice refused (declined here).
-fn scan_review(text: &str) -> Option<ReviewIn> {
+fn scan_review(text: &str) -> Option<ReviewIn<'_>> {
     let mut scan = Scanner::new(text);
     let mut review = ReviewIn::default();
     let mut seen = Seen::default();
@@ -293,7 +299,7 @@ fn scan_review(text: &str) -> Option<ReviewIn> {
 }
 
 /// An `AdmissionRequest`, read as [`scan_review`] reads.
-fn scan_request(scan: &mut Scanner<'_>) -> Option<AdmissionRequest> {
+fn scan_request<'a>(scan: &mut Scanner<'a>) -> Option<AdmissionRequest<'a>> {
     let mut request = AdmissionRequest::default();
     let mut seen = Seen::default();
     scan.object(|scan, key| {
@@ -589,7 +595,12 @@ mod tests {
         let request = decode(body.as_bytes()).expect("decodes");
         assert_eq!(request.inner.uid, "u1");
         assert_eq!(request.operation, Operation::Create);
-        let sketch = request.inner.object_sketch.as_ref().expect("an object");
+        let sketch = request
+            .inner
+            .object_sketch
+            .as_ref()
+            .expect("an object")
+            .to_value();
         assert_eq!(sketch["metadata"]["name"], "p");
         assert_eq!(sketch["spec"]["nodeName"], "n1");
         // The second read of the same body, declined by the scanner too.
@@ -635,8 +646,9 @@ mod tests {
         );
         let request = decode(&body).expect("decodes");
         let sketch = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}});
-        assert_eq!(request.inner.object_sketch.as_ref(), Some(&sketch));
-        assert_eq!(request.inner.old_object_sketch.as_ref(), Some(&sketch));
+        let sketched = |sketch: &Option<Sketch<'_>>| sketch.as_ref().map(Sketch::to_value);
+        assert_eq!(sketched(&request.inner.object_sketch), Some(sketch.clone()));
+        assert_eq!(sketched(&request.inner.old_object_sketch), Some(sketch));
         let whole = json!({"metadata": {"name": "p", "uid": "u"},
             "spec": {"nodeName": "n1", "priority": 3}});
         assert_eq!(
@@ -650,9 +662,10 @@ mod tests {
         let decoded = |request: Value| {
             let body = review(request);
             let request = decode(&body).expect("decodes");
+            let sketched = |sketch: &Option<Sketch<'_>>| sketch.as_ref().map(Sketch::to_value);
             let sketches = (
-                request.inner.object_sketch.clone(),
-                request.inner.old_object_sketch.clone(),
+                sketched(&request.inner.object_sketch),
+                sketched(&request.inner.old_object_sketch),
             );
             (sketches, request.read_whole().expect("reads"))
         };

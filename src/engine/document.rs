@@ -26,6 +26,9 @@ use serde_json::{Map, Value};
 use super::{MIRROR_ANNOTATION, PODMEND_ANNOTATIONS};
 
 pub mod scan;
+pub mod sketch;
+
+pub use sketch::{Sketch, Tree, View};
 
 /// The whole object, without `metadata.managedFields`, read where it sits in a document (a
 /// request's `object`, through serde's `deserialize_with`); `null` is no object.
@@ -42,14 +45,9 @@ pub fn sketch<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value
 /// `metadata.name`, or `generateName` while the object has no name (a pod its controller
 /// creates is named by the API server after admission); empty when it has neither. A sketch
 /// keeps both.
-pub fn name(object: &Value) -> &str {
-    let metadata = get(object, "metadata");
-    let field = |key| {
-        metadata
-            .and_then(|m| get(m, key))
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-    };
+pub fn name(object: &dyn View) -> &str {
+    let metadata = object.field("metadata");
+    let field = |key| metadata?.string(key).filter(|n| !n.is_empty());
     field("name")
         .or_else(|| field("generateName"))
         .unwrap_or_default()

@@ -41,6 +41,7 @@ use crate::cluster::ClusterView;
 use crate::config::{Config, Mode};
 use crate::rules::{self, Rule, StatusRule};
 use crate::target::Target;
+use document::{Sketch, View};
 use scope::Route;
 
 /// Lists rules (or `all`) podmend must leave alone on this object.
@@ -107,8 +108,8 @@ pub struct RawSubject<'a> {
     pub sub_resource: &'a str,
     pub namespace: &'a str,
     /// Sketches of the objects.
-    pub object: Option<&'a Value>,
-    pub old_object: Option<&'a Value>,
+    pub object: Option<&'a Sketch<'a>>,
+    pub old_object: Option<&'a Sketch<'a>>,
     /// The request, to read its objects whole.
     pub whole: &'a dyn WholeObjects,
 }
@@ -237,7 +238,7 @@ impl Outcome {
     }
 
     /// This outcome, with the name of the object it read.
-    fn named(mut self, object: Option<&Value>) -> Self {
+    fn named(mut self, object: Option<&dyn View>) -> Self {
         self.name = Some(object.map_or("", document::name).into());
         self
     }
@@ -324,7 +325,7 @@ impl Engine {
             Ok(Route::Status(target)) => status::review(self, target, subject, cluster),
             Ok(Route::Spec(target)) => self.review_spec(target, subject, cluster),
         };
-        outcome.named(subject.object)
+        outcome.named(subject.object.map(|object| object as &dyn View))
     }
 
     /// Reviews a request as the webhook decodes it, as [`review`](Self::review) would once its
@@ -351,7 +352,13 @@ impl Engine {
             && subject.operation == Operation::Create
             && let Some(sketch) = subject.object
         {
-            match self.decided_by_sketch(target, &subject.with(Some(sketch), None)) {
+            let sketched = scope::Objects {
+                operation: subject.operation,
+                namespace: subject.namespace,
+                object: Some(sketch),
+                old_object: None,
+            };
+            match self.decided_by_sketch(target, &sketched) {
                 Sketched::Decided(outcome) => return outcome.named(Some(sketch)),
                 Sketched::MayAct(active) => sketched_active = Some(active),
             }
@@ -376,9 +383,13 @@ impl Engine {
         };
         let parsed = subject.with(object.as_ref(), old.as_ref());
         if !spec {
-            return status::review(self, target, &parsed, cluster).named(object.as_ref());
+            let object = object.as_ref().map(|object| object as &dyn View);
+            return status::review(self, target, &parsed, cluster).named(object);
         }
-        let name = object.as_ref().map_or("", document::name).into();
+        let name = object
+            .as_ref()
+            .map_or("", |object| document::name(object))
+            .into();
         let spec_read = match reads {
             Some(_) => run::SpecRead::InPart,
             None => run::SpecRead::Whole,
@@ -400,7 +411,11 @@ impl Engine {
     /// The outcome of a created object when its sketch settles it: skipped by scope, or in
     /// scope with no rule that may act. Otherwise the rules that may act, for which the whole
     /// object is needed.
-    fn decided_by_sketch(&self, target: &'static Target, sketched: &Subject<'_>) -> Sketched<'_> {
+    fn decided_by_sketch(
+        &self,
+        target: &'static Target,
+        sketched: &scope::Objects<'_, Sketch<'_>>,
+    ) -> Sketched<'_> {
         let in_scope = match scope::pod_spec(self, target, sketched) {
             Ok(in_scope) => in_scope,
             Err(outcome) => return Sketched::Decided(outcome),
@@ -442,7 +457,7 @@ impl Engine {
         cluster: &dyn ClusterView,
         sketched: Option<(run::Active<'_>, run::SpecRead)>,
     ) -> Repaired {
-        let in_scope = match scope::pod_spec(self, target, subject) {
+        let in_scope = match scope::pod_spec(self, target, &subject.objects()) {
             Ok(in_scope) => in_scope,
             Err(outcome) => return Repaired::Done(outcome),
         };
@@ -819,7 +834,7 @@ mod tests {
                 templates: Mode::Enforce,
             }
         }
-        fn may_apply(&self, _: &Value, _: &rules::PodMeta) -> bool {
+        fn may_apply(&self, _: &dyn View, _: &rules::PodMeta) -> bool {
             true
         }
         fn reads(&self) -> Option<&'static document::Shape> {

@@ -9,7 +9,7 @@ use json_patch::jsonptr::PointerBuf;
 use k8s_openapi::api::core::v1::PodSpec;
 use serde::Deserialize;
 
-use super::document::{self, Part, SCOPE, Shape, TEMPLATE_METADATA, Union};
+use super::document::{self, Part, SCOPE, Shape, TEMPLATE_METADATA, Union, View};
 use super::patch::{parse_pointer, prefixed};
 use super::scope::InScope;
 use super::{Engine, Finding, Skip, spec_diff};
@@ -23,7 +23,7 @@ pub(super) type Active<'e> = Vec<(&'e dyn Rule, Mode)>;
 
 /// The rules that may act on the spec: not off for its kind of target, not skipped by its
 /// annotations, and whose cheap look at the raw spec found something.
-pub(super) fn active<'e>(engine: &'e Engine, scope: &InScope<'_>) -> Active<'e> {
+pub(super) fn active<'e, T: View>(engine: &'e Engine, scope: &InScope<'_, T>) -> Active<'e> {
     engine
         .rules
         .iter()

@@ -7,9 +7,8 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{
-    Engine, MIRROR_ANNOTATION, Operation, Outcome, SKIP_ANNOTATION, Skip, Subject, document,
-};
+use super::document::{Tree, View};
+use super::{Engine, MIRROR_ANNOTATION, Operation, Outcome, SKIP_ANNOTATION, Skip, Subject};
 use crate::rules::PodMeta;
 use crate::target::{self, Target, WorkloadKind};
 
@@ -59,29 +58,50 @@ fn acts_on(target: &Target, operation: Operation) -> bool {
     }
 }
 
-/// A pod spec in scope: where it is, whose it is, and which rules the object says to skip.
-pub(super) struct InScope<'a> {
-    pub target: &'static Target,
-    pub object: &'a Value,
+/// What scope reads of a request: its operation and namespace, and its objects, parsed
+/// (`Value`) or sketched (the webhook's first look at a created object).
+pub(super) struct Objects<'a, T> {
+    pub operation: Operation,
     pub namespace: &'a str,
-    pub raw_spec: &'a Value,
+    pub object: Option<&'a T>,
+    pub old_object: Option<&'a T>,
+}
+
+impl<'a> Subject<'a> {
+    /// What scope reads of this request.
+    pub(super) fn objects(&self) -> Objects<'a, Value> {
+        Objects {
+            operation: self.operation,
+            namespace: self.namespace,
+            object: self.object,
+            old_object: self.old_object,
+        }
+    }
+}
+
+/// A pod spec in scope: where it is, whose it is, and which rules the object says to skip.
+pub(super) struct InScope<'a, T = Value> {
+    pub target: &'static Target,
+    pub object: &'a T,
+    pub namespace: &'a str,
+    pub raw_spec: &'a T,
     pub meta: PodMeta,
     pub skipped_rules: SkipList,
 }
 
-/// The pod spec of `subject`, unless podmend leaves the object alone: no object, an excluded
-/// namespace, a mirror pod, a ReplicaSet its Deployment controls, a template an UPDATE left as
-/// it was, no pod spec, or `podmend.io/skip: all`.
-pub(super) fn pod_spec<'a>(
+/// The pod spec of `request`'s object, unless podmend leaves the object alone: no object, an
+/// excluded namespace, a mirror pod, a ReplicaSet its Deployment controls, a template an
+/// UPDATE left as it was, no pod spec, or `podmend.io/skip: all`.
+pub(super) fn pod_spec<'a, T: Tree>(
     engine: &Engine,
     target: &'static Target,
-    subject: &Subject<'a>,
-) -> Result<InScope<'a>, Outcome> {
+    request: &Objects<'a, T>,
+) -> Result<InScope<'a, T>, Outcome> {
     let skip = |reason| Err(Outcome::skipped(Some(target), reason));
-    let Some(object) = subject.object.filter(|o| o.is_object()) else {
+    let Some(object) = request.object.filter(|o| o.is_object()) else {
         return skip(Skip::NoObject);
     };
-    let namespace = namespace_of(subject, object);
+    let namespace = namespace_of(request.namespace, object);
     if engine.excludes(namespace) {
         return skip(Skip::ExcludedNamespace);
     }
@@ -92,9 +112,9 @@ pub(super) fn pod_spec<'a>(
     if target.kind == WorkloadKind::ReplicaSet && has_deployment_controller(object) {
         return skip(Skip::DeploymentOwnedReplicaSet);
     }
-    if subject.operation == Operation::Update {
+    if request.operation == Operation::Update {
         let template = target.template.unwrap_or(target.spec);
-        let old = subject.old_object.and_then(|o| target::at(o, template));
+        let old = request.old_object.and_then(|o| target::at(o, template));
         if old.is_some() && old == target::at(object, template) {
             return skip(Skip::TemplateUnchanged);
         }
@@ -104,8 +124,8 @@ pub(super) fn pod_spec<'a>(
     };
     let metadata = target::at(object, target.metadata);
     let meta = PodMeta {
-        labels: string_map(metadata.and_then(|m| document::get(m, "labels"))),
-        annotations: string_map(metadata.and_then(|m| document::get(m, "annotations"))),
+        labels: string_map(metadata.and_then(|m| m.field("labels"))),
+        annotations: string_map(metadata.and_then(|m| m.field("annotations"))),
         controller_kind: controller_kind(target, object),
     };
     let skipped_rules = SkipList::from_annotations([&object_annotations, &meta.annotations]);
@@ -123,26 +143,39 @@ pub(super) fn pod_spec<'a>(
 }
 
 /// The request's namespace, or the object's own when the request names none.
-pub(super) fn namespace_of<'a>(subject: &Subject<'a>, object: &'a Value) -> &'a str {
-    if subject.namespace.is_empty() {
-        target::at(object, "/metadata/namespace")
-            .and_then(Value::as_str)
+pub(super) fn namespace_of<'a>(namespace: &'a str, object: &'a dyn View) -> &'a str {
+    if namespace.is_empty() {
+        object
+            .field("metadata")
+            .and_then(|metadata| metadata.string("namespace"))
             .unwrap_or("")
     } else {
-        subject.namespace
+        namespace
     }
+}
+
+/// The owners listed in an object's `metadata.ownerReferences`.
+fn owners(object: &dyn View) -> impl Iterator<Item = &dyn View> {
+    object
+        .field("metadata")
+        .and_then(|metadata| metadata.field("ownerReferences"))
+        .and_then(|owners| owners.items())
+        .into_iter()
+        .flatten()
+}
+
+/// Whether `owner` is its object's controller.
+fn is_controller(owner: &dyn View) -> bool {
+    owner.field("controller").and_then(|c| c.as_bool()) == Some(true)
 }
 
 /// The kind of the controller of the pods `object` describes: a Pod's controlling owner, or
 /// the workload whose template it is (none for a `PodTemplate`, which controls nothing).
-pub(super) fn controller_kind(target: &Target, object: &Value) -> Option<String> {
+pub(super) fn controller_kind(target: &Target, object: &dyn View) -> Option<String> {
     match target.kind {
-        WorkloadKind::Pod => target::at(object, "/metadata/ownerReferences")
-            .and_then(Value::as_array)?
-            .iter()
-            .find(|owner| document::get(owner, "controller").and_then(Value::as_bool) == Some(true))
-            .and_then(|owner| document::get(owner, "kind"))
-            .and_then(Value::as_str)
+        WorkloadKind::Pod => owners(object)
+            .find(|owner| is_controller(*owner))
+            .and_then(|owner| owner.string("kind"))
             .map(str::to_string),
         WorkloadKind::PodTemplate => None,
         _ => Some(target.name.to_string()),
@@ -151,15 +184,8 @@ pub(super) fn controller_kind(target: &Target, object: &Value) -> Option<String>
 
 /// A ReplicaSet its Deployment controls: mutating its template makes the Deployment
 /// controller create ReplicaSets without end (kubernetes#57167).
-fn has_deployment_controller(object: &Value) -> bool {
-    target::at(object, "/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|owners| {
-            owners.iter().any(|owner| {
-                owner.get("controller").and_then(Value::as_bool) == Some(true)
-                    && owner.get("kind").and_then(Value::as_str) == Some("Deployment")
-            })
-        })
+fn has_deployment_controller(object: &dyn View) -> bool {
+    owners(object).any(|owner| is_controller(owner) && owner.string("kind") == Some("Deployment"))
 }
 
 /// The `podmend.io/skip` annotation: `all`, or a comma-separated list of rule ids.
@@ -194,14 +220,19 @@ impl SkipList {
     }
 }
 
-/// The string entries of a JSON map (labels, annotations); other values are left out.
-pub(super) fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
-    value
-        .and_then(Value::as_object)
-        .map(|map| {
-            map.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default()
+/// The string entries of a JSON map (labels, annotations); other values are left out. A key
+/// written twice (a sketch keeps both) counts as its last value, as serde_json reads it.
+pub(super) fn string_map(value: Option<&(impl View + ?Sized)>) -> BTreeMap<String, String> {
+    let mut map = BTreeMap::new();
+    if let Some(value) = value {
+        value.members(&mut |key, value| match value.as_str() {
+            Some(text) => {
+                map.insert(key.to_string(), text.to_string());
+            }
+            None => {
+                map.remove(key);
+            }
+        });
+    }
+    map
 }

@@ -28,7 +28,7 @@ pub(super) fn review(
     let Some(object) = subject.object.filter(|o| o.is_object()) else {
         return skip(Skip::NoObject);
     };
-    let namespace = namespace_of(subject, object);
+    let namespace = namespace_of(subject.namespace, object);
     let active = match active_rules(engine, namespace, object) {
         Ok(active) => active,
         Err(reason) => return skip(reason),

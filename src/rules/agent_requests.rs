@@ -10,12 +10,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, LimitRangeItem, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde_json::Value;
 
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::AgentRequestsConfig;
 use crate::dind::GUARD_CONTAINER;
-use crate::engine::document::Shape;
+use crate::engine::document::{Shape, View};
 use crate::quantity::{self, Milli};
 
 /// The rule's id, summary and help (see [`RuleInfo`]).
@@ -83,7 +82,7 @@ impl Rule for AgentRequests {
         }
     }
 
-    fn may_apply(&self, _raw_spec: &Value, meta: &PodMeta) -> bool {
+    fn may_apply(&self, _raw_spec: &dyn View, meta: &PodMeta) -> bool {
         self.is_agent(meta)
     }
 
@@ -762,7 +761,7 @@ fn push_unique(list: &mut Vec<String>, item: &str) {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::cluster::StaticCluster;

@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::cluster::ClusterView;
 use crate::config::{Config, Mode};
-use crate::engine::document::Shape;
+use crate::engine::document::{Shape, View};
 
 /// The labels and annotations that go with a pod spec: the Pod's own, or its template's;
 /// and the kind of the controller its pods have.
@@ -88,7 +88,7 @@ pub trait Rule: Send + Sync {
     /// pods never pay for a typed decode. It may read podmend's own annotations
     /// (`podmend.io/…`) but no others, and only the spec fields `engine::document`'s sketch
     /// keeps: the webhook decides on the sketch which rules run on the whole object.
-    fn may_apply(&self, raw_spec: &Value, meta: &PodMeta) -> bool;
+    fn may_apply(&self, raw_spec: &dyn View, meta: &PodMeta) -> bool;
     /// The parts of a pod spec `repair` reads or changes, when it reads only some; `None` (the
     /// default) for the whole spec. When every rule that may act names its parts, the engine
     /// builds only those (and each container's name, which a spec needs to decode): the rest

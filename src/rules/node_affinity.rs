@@ -7,11 +7,10 @@ use k8s_openapi::api::core::v1::{
     Affinity, NodeAffinity as NodeAffinitySpec, NodeSelector, NodeSelectorRequirement,
     NodeSelectorTerm, PodSpec, Taint, Toleration,
 };
-use serde_json::Value;
 
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::NodeAffinityConfig;
-use crate::engine::document::{Shape, get};
+use crate::engine::document::{Shape, View};
 
 /// The rule's id, summary and help (see [`RuleInfo`]).
 pub const INFO: RuleInfo = RuleInfo {
@@ -57,9 +56,9 @@ impl Rule for NodeAffinity {
         }
     }
 
-    fn may_apply(&self, raw_spec: &Value, _meta: &PodMeta) -> bool {
-        get(raw_spec, "nodeName")
-            .and_then(Value::as_str)
+    fn may_apply(&self, raw_spec: &dyn View, _meta: &PodMeta) -> bool {
+        raw_spec
+            .string("nodeName")
             .is_some_and(|name| !name.is_empty())
     }
 
@@ -192,7 +191,7 @@ fn toleration_for(taint: &Taint) -> Toleration {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
     use crate::cluster::StaticCluster;

@@ -13,9 +13,11 @@
 //! a body the API server sends is nearly all skipped (`managedFields`, kubectl's
 //! `last-applied-configuration`, env, probes, mounts).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
-use super::{Keep, OBJECT, Union};
+use super::{Keep, OBJECT, Sketch, Union};
 
 /// Deeper than this, the scanner declines: serde_json's own limit (128, `admission::MAX_DEPTH`)
 /// then decides, where it counts.
@@ -174,7 +176,7 @@ impl<'a> Scanner<'a> {
 
     /// The sketch of the object that comes next (see [`super::sketch`]), `Some(None)` for
     /// `null`; `None` for anything but an object or `null`.
-    pub fn sketch(&mut self) -> Option<Option<Value>> {
+    pub fn sketch(&mut self) -> Option<Option<Sketch<'a>>> {
         self.optional(|scan| {
             if scan.peek()? != b'{' {
                 return None;
@@ -215,22 +217,22 @@ impl<'a> Scanner<'a> {
     /// The value that comes next, with the parts `keep` keeps, as the serde visitor
     /// (`Shaped`) keeps them: a list where fields were expected, or an object where items
     /// were, is kept whole.
-    fn shaped<K: Keep>(&mut self, keep: K) -> Option<Value> {
+    fn shaped<K: Keep, T: Build<'a>>(&mut self, keep: K) -> Option<T> {
         if keep.is_all() {
             return self.whole();
         }
         match self.peek()? {
             b'{' if !keep.keeps_object_whole() => {
-                let mut map = Map::with_capacity(keep.fields_at_most());
+                let mut members = T::members(keep.fields_at_most());
                 self.object(|scan, key| match keep.field(key) {
                     Some(kept) if !kept.is_dropped() => {
                         let value = scan.shaped(kept)?;
-                        map.insert(key.to_owned(), value);
+                        T::push(&mut members, key, value);
                         Some(())
                     }
                     _ => scan.skip(),
                 })?;
-                Some(Value::Object(map))
+                Some(T::object(members))
             }
             b'[' => match keep.items() {
                 Some(item) => {
@@ -239,7 +241,7 @@ impl<'a> Scanner<'a> {
                         items.push(scan.shaped(item)?);
                         Some(())
                     })?;
-                    Some(Value::Array(items))
+                    Some(T::array(items))
                 }
                 None => self.whole(),
             },
@@ -251,7 +253,7 @@ impl<'a> Scanner<'a> {
     /// reads exactly (strings without escapes, literals, numbers without exponents, objects
     /// and lists of them: labels, resources, most of a spec); otherwise through serde_json,
     /// from the bytes passed over.
-    fn whole(&mut self) -> Option<Value> {
+    fn whole<T: Build<'a>>(&mut self) -> Option<T> {
         let (start, depth) = (self.pos, self.depth);
         if let Some(value) = self.built() {
             return Some(value);
@@ -264,16 +266,16 @@ impl<'a> Scanner<'a> {
     /// [`Self::whole`]'s direct build; `None` at the first thing it leaves to serde_json (an
     /// escape, an exponent), with the cursor anywhere: the caller goes back. A number is
     /// serde_json's own reading of its digits.
-    fn built(&mut self) -> Option<Value> {
+    fn built<T: Build<'a>>(&mut self) -> Option<T> {
         match self.peek()? {
-            b'"' => self.string().map(|text| Value::String(text.to_owned())),
+            b'"' => self.string().map(T::string),
             b'{' => {
-                let mut map = Map::new();
+                let mut members = T::members(0);
                 self.object(|scan, key| {
-                    map.insert(key.to_owned(), scan.built()?);
+                    T::push(&mut members, key, scan.built()?);
                     Some(())
                 })?;
-                Some(Value::Object(map))
+                Some(T::object(members))
             }
             b'[' => {
                 let mut items = Vec::new();
@@ -281,10 +283,10 @@ impl<'a> Scanner<'a> {
                     items.push(scan.built()?);
                     Some(())
                 })?;
-                Some(Value::Array(items))
+                Some(T::array(items))
             }
-            b'n' => self.null().then_some(Value::Null),
-            b't' | b'f' => self.bool().map(Value::Bool),
+            b'n' => self.null().then_some(T::null()),
+            b't' | b'f' => self.bool().map(T::bool),
             _ => {
                 let start = self.pos;
                 self.skip_number()?;
@@ -294,8 +296,84 @@ impl<'a> Scanner<'a> {
     }
 
     /// What serde_json reads of the bytes passed over since `start`.
-    fn parsed_since(&self, start: usize) -> Option<Value> {
-        serde_json::from_str(self.text.get(start..self.pos)?).ok()
+    fn parsed_since<T: Build<'a>>(&self, start: usize) -> Option<T> {
+        T::parsed(self.text.get(start..self.pos)?)
+    }
+}
+
+/// What the scanner builds: a [`Sketch`] borrowed from the body (the first read), or
+/// serde_json's `Value` (the second read, which the rules' typed decode takes).
+trait Build<'a>: Sized {
+    /// An object's members as they are read.
+    type Members;
+    /// Room for `capacity` members (a hint: 0 when the shapes do not tell).
+    fn members(capacity: usize) -> Self::Members;
+    /// A member; a key written twice is read as serde_json's `Value` keeps it, its last value.
+    fn push(members: &mut Self::Members, key: &'a str, value: Self);
+    fn object(members: Self::Members) -> Self;
+    fn array(items: Vec<Self>) -> Self;
+    fn string(text: &'a str) -> Self;
+    fn null() -> Self;
+    fn bool(value: bool) -> Self;
+    /// What serde_json reads of `text`, a value the scanner leaves to it.
+    fn parsed(text: &'a str) -> Option<Self>;
+}
+
+impl<'a> Build<'a> for Value {
+    type Members = Map<String, Value>;
+    fn members(capacity: usize) -> Self::Members {
+        Map::with_capacity(capacity)
+    }
+    fn push(members: &mut Self::Members, key: &'a str, value: Self) {
+        members.insert(key.to_owned(), value);
+    }
+    fn object(members: Self::Members) -> Self {
+        Value::Object(members)
+    }
+    fn array(items: Vec<Self>) -> Self {
+        Value::Array(items)
+    }
+    fn string(text: &'a str) -> Self {
+        Value::String(text.to_owned())
+    }
+    fn null() -> Self {
+        Value::Null
+    }
+    fn bool(value: bool) -> Self {
+        Value::Bool(value)
+    }
+    fn parsed(text: &'a str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+}
+
+/// Members are kept in the body's order, a key written twice twice: the sketch reads it as its
+/// last value, without a search per member here.
+impl<'a> Build<'a> for Sketch<'a> {
+    type Members = Vec<(Cow<'a, str>, Sketch<'a>)>;
+    fn members(capacity: usize) -> Self::Members {
+        Vec::with_capacity(capacity)
+    }
+    fn push(members: &mut Self::Members, key: &'a str, value: Self) {
+        members.push((Cow::Borrowed(key), value));
+    }
+    fn object(members: Self::Members) -> Self {
+        Sketch::Object(members)
+    }
+    fn array(items: Vec<Self>) -> Self {
+        Sketch::Array(items)
+    }
+    fn string(text: &'a str) -> Self {
+        Sketch::String(Cow::Borrowed(text))
+    }
+    fn null() -> Self {
+        Sketch::Null
+    }
+    fn bool(value: bool) -> Self {
+        Sketch::Bool(value)
+    }
+    fn parsed(text: &'a str) -> Option<Self> {
+        serde_json::from_str::<Value>(text).ok().map(Sketch::from)
     }
 }
 
@@ -513,7 +591,7 @@ mod tests {
     /// The sketch by the scanner, if it reads the body whole.
     fn sketched_by_scan(text: &str) -> Option<Option<Value>> {
         let mut scan = Scanner::new(text);
-        let sketch = scan.sketch()?;
+        let sketch = scan.sketch()?.map(|sketch| sketch.to_value());
         scan.end()?;
         Some(sketch)
     }
@@ -566,8 +644,12 @@ mod tests {
         ] {
             let text = format!(r#"{{"metadata": {{"labels": {labels}, "name": "n"}}}}"#);
             let mut scan = Scanner::new(&text);
-            let sketch = scan.sketch().expect("read").expect("an object");
+            let sketch = scan.sketch().expect("read").expect("an object").to_value();
             let expected: Value = serde_json::from_str(labels).expect("json");
+            // The second read builds serde_json's `Value`s the same way.
+            let whole = super::super::Union::of([super::super::Part::Here(&super::super::ALL)]);
+            let read = Scanner::new(labels).read_at(&[], whole.expect("one part"));
+            assert_eq!(read, Some(Some(expected.clone())), "{labels}");
             assert_eq!(sketch["metadata"]["labels"], expected, "{labels}");
             assert_eq!(
                 sketch["metadata"]["name"], "n",

@@ -3,13 +3,11 @@
 //! their own) and the volumes that are the node's Docker socket. Decides nothing about
 //! repairs.
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
-use serde_json::Value;
-
 use super::PodMeta;
 use crate::config::{DindRmConfig, NodeAgents, SidecarMode};
 use crate::dind::{HOST_DOCKER_SOCKETS, is_docker_image};
-use crate::engine::document::get;
+use crate::engine::document::View;
+use k8s_openapi::api::core::v1::{Container, PodSpec, VolumeMount};
 
 /// The programs that make a container a Docker daemon, whatever its image.
 const DAEMON_PROGRAMS: &[&str] = &["dockerd", "dockerd-entrypoint.sh"];
@@ -231,11 +229,10 @@ pub(super) fn runs_daemon<S: AsRef<str>>(command: Option<&[S]>, args: Option<&[S
 }
 
 /// The raw form of [`runs_daemon`], for `may_apply`.
-pub(super) fn raw_runs_daemon(container: &Value) -> bool {
+pub(super) fn raw_runs_daemon(container: &dyn View) -> bool {
     let words = |key: &str| -> Option<Vec<&str>> {
-        get(container, key)?
-            .as_array()
-            .map(|list| list.iter().filter_map(Value::as_str).collect())
+        let list = container.field(key)?.items()?;
+        Some(list.filter_map(|word| word.as_str()).collect())
     };
     let (command, args) = (words("command"), words("args"));
     runs_daemon(command.as_deref(), args.as_deref())
@@ -307,7 +304,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 

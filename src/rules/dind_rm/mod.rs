@@ -25,16 +25,14 @@ mod mounts;
 mod placement;
 mod resources;
 
-use k8s_openapi::api::core::v1::{LimitRangeItem, PodSpec, ResourceRequirements};
-use serde_json::Value;
-
 pub use detection::glob_match;
 pub use injection::{CERTS_VOLUME, HEALTH_PORT, POD_IP_ENV};
+use k8s_openapi::api::core::v1::{LimitRangeItem, PodSpec, ResourceRequirements};
 
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
 use crate::config::DindRmConfig;
 use crate::dind::{GUARD_CONTAINER, POLICY_ANNOTATION, Policy, is_docker_image};
-use crate::engine::document::get;
+use crate::engine::document::View;
 use detection::Survey;
 use injection::GuardSettings;
 
@@ -102,33 +100,34 @@ impl Rule for DindRm {
         }
     }
 
-    fn may_apply(&self, raw_spec: &Value, meta: &PodMeta) -> bool {
+    fn may_apply(&self, raw_spec: &dyn View, meta: &PodMeta) -> bool {
         if self.policy(meta).is_none() {
             return false;
         }
-        let containers: Vec<&Value> = ["containers", "initContainers"]
+        let containers: Vec<&dyn View> = ["containers", "initContainers"]
             .iter()
-            .filter_map(|list| get(raw_spec, list).and_then(Value::as_array))
+            .filter_map(|list| raw_spec.field(list)?.items())
             .flatten()
             .collect();
         if containers
             .iter()
-            .any(|c| get(c, "name").and_then(Value::as_str) == Some(GUARD_CONTAINER))
+            .any(|c| c.string("name") == Some(GUARD_CONTAINER))
         {
             return false;
         }
         let docker = containers.iter().any(|c| {
-            let image = get(c, "image").and_then(Value::as_str).unwrap_or("");
+            let image = c.string("image").unwrap_or("");
             is_docker_image(image)
                 || detection::is_daemon_image(&self.config, image)
-                || detection::raw_runs_daemon(c)
+                || detection::raw_runs_daemon(*c)
         });
         docker
-            || get(raw_spec, "volumes")
-                .and_then(Value::as_array)
+            || raw_spec
+                .field("volumes")
+                .and_then(|volumes| volumes.items())
                 .into_iter()
                 .flatten()
-                .filter_map(|v| get(get(v, "hostPath")?, "path")?.as_str())
+                .filter_map(|v| v.field("hostPath")?.string("path"))
                 .any(detection::is_host_docker_socket)
     }
 

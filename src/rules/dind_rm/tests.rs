@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use clap::Parser;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::*;
 // Test-only: the guard args the rule writes are read back by the real command line.
