@@ -3,6 +3,8 @@
 //! The wire form is what `VerifyAdmissionResponse` accepts: `allowed` always present, and a
 //! base64 `patch` only together with `patchType: JSONPatch`.
 
+use std::borrow::Cow;
+
 use base64::Engine as _;
 use json_patch::PatchOperation;
 use serde::{Deserialize, Deserializer, Serialize};
@@ -51,13 +53,13 @@ pub enum AdmissionError {
 pub const MAX_DEPTH: usize = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-pub struct GroupVersionKind {
+pub struct GroupVersionKind<'a> {
     #[serde(default)]
-    pub group: String,
+    pub group: Cow<'a, str>,
     #[serde(default)]
-    pub version: String,
+    pub version: Cow<'a, str>,
     #[serde(default)]
-    pub kind: String,
+    pub kind: Cow<'a, str>,
 }
 
 /// The parts of `AdmissionRequest` podmend reads; everything else is skipped unbuilt. The
@@ -68,17 +70,17 @@ pub struct GroupVersionKind {
 #[serde(rename_all = "camelCase")]
 pub struct AdmissionRequest<'a> {
     #[serde(default)]
-    pub uid: String,
+    pub uid: Cow<'a, str>,
     #[serde(default)]
-    pub kind: GroupVersionKind,
+    pub kind: GroupVersionKind<'a>,
     #[serde(default)]
-    pub sub_resource: Option<String>,
+    pub sub_resource: Option<Cow<'a, str>>,
     #[serde(default)]
-    pub name: Option<String>,
+    pub name: Option<Cow<'a, str>>,
     #[serde(default)]
-    pub namespace: Option<String>,
+    pub namespace: Option<Cow<'a, str>>,
     #[serde(default)]
-    pub operation: String,
+    pub operation: Cow<'a, str>,
     /// A sketch of `object`.
     #[serde(default, rename = "object", deserialize_with = "sketch")]
     pub object_sketch: Option<Sketch<'a>>,
@@ -93,9 +95,9 @@ pub struct AdmissionRequest<'a> {
 #[serde(rename_all = "camelCase")]
 struct ReviewIn<'a> {
     #[serde(default)]
-    api_version: Option<String>,
+    api_version: Option<Cow<'a, str>>,
     #[serde(default)]
-    kind: Option<String>,
+    kind: Option<Cow<'a, str>>,
     #[serde(default)]
     request: Option<AdmissionRequest<'a>>,
 }
@@ -242,14 +244,16 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
         }
     }
     if review.kind.as_deref() != Some(KIND) {
-        return Err(AdmissionError::WrongKind(review.kind.unwrap_or_default()));
+        return Err(AdmissionError::WrongKind(
+            review.kind.unwrap_or_default().into_owned(),
+        ));
     }
     let inner = review.request.ok_or(AdmissionError::MissingRequest)?;
     if inner.uid.is_empty() {
         return Err(AdmissionError::MissingUid);
     }
     let operation = Operation::parse(&inner.operation)
-        .ok_or_else(|| AdmissionError::UnknownOperation(inner.operation.clone()))?;
+        .ok_or_else(|| AdmissionError::UnknownOperation(inner.operation.to_string()))?;
     Ok(Request {
         inner,
         operation,
@@ -321,7 +325,7 @@ fn scan_request<'a>(scan: &mut Scanner<'a>) -> Option<AdmissionRequest<'a>> {
 }
 
 /// The request's `kind`, read as [`scan_review`] reads.
-fn scan_kind(scan: &mut Scanner<'_>) -> Option<GroupVersionKind> {
+fn scan_kind<'a>(scan: &mut Scanner<'a>) -> Option<GroupVersionKind<'a>> {
     let mut kind = GroupVersionKind::default();
     let mut seen = Seen::default();
     scan.object(|scan, key| {
@@ -336,11 +340,12 @@ fn scan_kind(scan: &mut Scanner<'_>) -> Option<GroupVersionKind> {
     Some(kind)
 }
 
-fn string(scan: &mut Scanner<'_>) -> Option<String> {
-    scan.string().map(str::to_owned)
+/// A string, borrowed from the body.
+fn string<'a>(scan: &mut Scanner<'a>) -> Option<Cow<'a, str>> {
+    scan.string().map(Cow::Borrowed)
 }
 
-fn optional_string(scan: &mut Scanner<'_>) -> Option<Option<String>> {
+fn optional_string<'a>(scan: &mut Scanner<'a>) -> Option<Option<Cow<'a, str>>> {
     scan.optional(string)
 }
 

@@ -48,6 +48,7 @@ pub fn at<'v, T: Tree>(object: &'v T, pointer: &str) -> Option<&'v T> {
     if pointer.is_empty() {
         return Some(object);
     }
+    let escaped = pointer.bytes().any(|byte| byte == b'~');
     let mut rest = pointer.strip_prefix('/')?;
     let mut value = object;
     loop {
@@ -56,7 +57,7 @@ pub fn at<'v, T: Tree>(object: &'v T, pointer: &str) -> Option<&'v T> {
             Some(slash) => (rest.get(..slash)?, rest.get(slash + 1..)),
             None => (rest, None),
         };
-        value = if segment.contains('~') {
+        value = if escaped {
             value.child(&segment.replace("~1", "/").replace("~0", "~"))?
         } else {
             value.child(segment)?
