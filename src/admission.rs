@@ -459,11 +459,11 @@ fn clip(mut warning: String) -> String {
 pub fn encode_response(uid: &str, decision: &AdmissionDecision<'_>) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(b"{\"apiVersion\":");
-    push_json(&mut out, API_VERSION);
+    push_string(&mut out, API_VERSION);
     out.extend_from_slice(b",\"kind\":");
-    push_json(&mut out, KIND);
+    push_string(&mut out, KIND);
     out.extend_from_slice(b",\"response\":{\"uid\":");
-    push_json(&mut out, uid);
+    push_string(&mut out, uid);
     out.extend_from_slice(if decision.allowed {
         b",\"allowed\":true"
     } else {
@@ -480,11 +480,24 @@ pub fn encode_response(uid: &str, decision: &AdmissionDecision<'_>) -> Vec<u8> {
     }
     if let Some(message) = &decision.denial {
         out.extend_from_slice(b",\"status\":{\"code\":403,\"reason\":\"Forbidden\",\"message\":");
-        push_json(&mut out, message);
+        push_string(&mut out, message);
         out.push(b'}');
     }
     out.extend_from_slice(b"}}");
     out
+}
+
+/// Appends `text` as a JSON string: as it is when nothing in it needs an escape (a uid, the
+/// envelope's names), which serde_json checks byte by byte through its escape table;
+/// otherwise as serde_json writes it.
+fn push_string(out: &mut Vec<u8>, text: &str) {
+    let plain = text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    if !plain {
+        return push_json(out, text);
+    }
+    out.push(b'"');
+    out.extend_from_slice(text.as_bytes());
+    out.push(b'"');
 }
 
 /// Appends `value` as JSON. Strings and lists of strings always serialize: nothing to fail.
@@ -848,13 +861,27 @@ mod tests {
                 json!({"uid": "u\"1", "allowed": false,
                        "status": {"code": 403, "reason": "Forbidden", "message": "no \"way\" \u{7f}"}}),
             ),
+            (
+                AdmissionDecision {
+                    denial: Some("a plain message".into()),
+                    ..AdmissionDecision::default()
+                },
+                json!({"uid": "u\"1", "allowed": false,
+                       "status": {"code": 403, "reason": "Forbidden", "message": "a plain message"}}),
+            ),
         ];
-        for (decision, response) in cases {
-            let expected = json!({"apiVersion": API_VERSION, "kind": KIND, "response": response});
-            assert_eq!(
-                String::from_utf8(encode_response("u\"1", &decision)).expect("UTF-8"),
-                serde_json::to_string(&expected).expect("json"),
-            );
+        // A uid with a quote is escaped; one with nothing to escape is copied as it is.
+        for uid in ["u\"1", "0d5f-\u{e9}\u{7f}-plain"] {
+            for (decision, response) in &cases {
+                let mut response = response.clone();
+                response["uid"] = json!(uid);
+                let expected =
+                    json!({"apiVersion": API_VERSION, "kind": KIND, "response": response});
+                assert_eq!(
+                    String::from_utf8(encode_response(uid, decision)).expect("UTF-8"),
+                    serde_json::to_string(&expected).expect("json"),
+                );
+            }
         }
     }
 
