@@ -538,6 +538,12 @@ fn unicode_escape_end(bytes: &[u8], at: usize) -> Option<usize> {
     Some(at + 6)
 }
 
+/// Whether `text` is a JSON string's content as it is: no `"`, `\` or control character to
+/// escape.
+pub fn is_plain(text: &str) -> bool {
+    plain_end(text.as_bytes(), 0) == text.len()
+}
+
 /// The first `"`, `\` or control character at or after `at` (or the end of `bytes`), eight
 /// bytes at a time.
 fn plain_end(bytes: &[u8], mut at: usize) -> usize {
