@@ -178,9 +178,9 @@ pub fn check_request(request: &Request, cluster: &dyn ClusterView, limit_ranges:
         // The API server's object always carries the kind it was sent as.
         let mut typed = object.clone();
         let kind = &request.inner.kind;
-        typed["kind"] = Value::from(kind.kind.as_str());
-        typed["apiVersion"] = Value::from(match kind.group.as_str() {
-            "" => kind.version.clone(),
+        typed["kind"] = Value::from(kind.kind.as_ref());
+        typed["apiVersion"] = Value::from(match kind.group.as_ref() {
+            "" => kind.version.to_string(),
             group => format!("{group}/{}", kind.version),
         });
         let mut defaulted = k8s_rules::apply_patch_as_api_server(&typed, b"")
