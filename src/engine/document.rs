@@ -5,7 +5,9 @@
 //!   container's name, image, command and args; volumes' host paths), for all the places a pod
 //!   spec can be. Most reviews end there, without the object ever being built: that is most
 //!   of a review's cost. The webhook first tries [`scan`], which builds the same sketch
-//!   without serde's visitors, and reads with serde_json only the bodies it declines.
+//!   without serde's visitors as a [`Sketch`] borrowed from the body, and reads with
+//!   serde_json only the bodies it declines. Scope and the rules read either tree, or a whole
+//!   object, through [`View`].
 //! - [`read_at`] with a [`Union`] of shapes: scope's fields and what the rules that may act
 //!   read of the pod spec ([`crate::rules::Rule::reads`]), when each names its parts: a pinned
 //!   agent pod is repaired without its env, probes, volumes or mounts ever being built. The
@@ -26,9 +28,9 @@ use serde_json::{Map, Value};
 use super::{MIRROR_ANNOTATION, PODMEND_ANNOTATIONS};
 
 pub mod scan;
-pub mod sketch;
+pub mod tree;
 
-pub use sketch::{Sketch, Tree, View};
+pub use tree::{Sketch, Tree, View};
 
 /// The whole object, without `metadata.managedFields`, read where it sits in a document (a
 /// request's `object`, through serde's `deserialize_with`); `null` is no object.
