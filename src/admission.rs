@@ -653,6 +653,15 @@ mod tests {
         );
     }
 
+    /// The request's sketches of `object` and `oldObject`, as the `Value`s serde_json reads.
+    fn sketches(request: &Request<'_>) -> (Option<Value>, Option<Value>) {
+        let value = |sketch: &Option<Sketch<'_>>| sketch.as_ref().map(Sketch::to_value);
+        (
+            value(&request.inner.object_sketch),
+            value(&request.inner.old_object_sketch),
+        )
+    }
+
     #[test]
     fn objects_are_sketched_as_the_body_is_read_and_read_whole_from_it_on_demand() {
         let object = json!({"metadata": {"name": "p", "uid": "u", "managedFields": [{"manager": "kubectl"}]},
@@ -662,9 +671,7 @@ mod tests {
         );
         let request = decode(&body).expect("decodes");
         let sketch = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1"}});
-        let sketched = |sketch: &Option<Sketch<'_>>| sketch.as_ref().map(Sketch::to_value);
-        assert_eq!(sketched(&request.inner.object_sketch), Some(sketch.clone()));
-        assert_eq!(sketched(&request.inner.old_object_sketch), Some(sketch));
+        assert_eq!(sketches(&request), (Some(sketch.clone()), Some(sketch)));
         let whole = json!({"metadata": {"name": "p", "uid": "u"},
             "spec": {"nodeName": "n1", "priority": 3}});
         assert_eq!(
@@ -678,12 +685,7 @@ mod tests {
         let decoded = |request: Value| {
             let body = review(request);
             let request = decode(&body).expect("decodes");
-            let sketched = |sketch: &Option<Sketch<'_>>| sketch.as_ref().map(Sketch::to_value);
-            let sketches = (
-                sketched(&request.inner.object_sketch),
-                sketched(&request.inner.old_object_sketch),
-            );
-            (sketches, request.read_whole().expect("reads"))
+            (sketches(&request), request.read_whole().expect("reads"))
         };
         let none = ((None, None), (None, None));
         assert_eq!(

@@ -585,6 +585,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::engine::document::{ALL, Part};
 
     /// The sketch by serde_json's read (`None` for an error).
     fn sketched_by_serde(text: &str) -> Option<Option<Value>> {
@@ -653,7 +654,7 @@ mod tests {
             let sketch = scan.sketch().expect("read").expect("an object").to_value();
             let expected: Value = serde_json::from_str(labels).expect("json");
             // The second read builds serde_json's `Value`s the same way.
-            let whole = super::super::Union::of([super::super::Part::Here(&super::super::ALL)]);
+            let whole = Union::of([Part::Here(&ALL)]);
             let read = Scanner::new(labels).read_at(&[], whole.expect("one part"));
             assert_eq!(read, Some(Some(expected.clone())), "{labels}");
             assert_eq!(sketch["metadata"]["labels"], expected, "{labels}");
