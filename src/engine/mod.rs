@@ -681,6 +681,37 @@ mod tests {
     }
 
     #[test]
+    fn a_warn_mode_repair_stays_out_of_the_patch_after_a_finding_that_changed_nothing() {
+        // dind-rm leaves a DaemonSet's pod alone with a note (a finding, no change); then
+        // agent-requests, in warn mode here, repairs the agent's requests: the repair `audit`
+        // shows, but nothing the webhook applies.
+        let mut config = Config::default();
+        config.rules.agent_requests.mode = Mode::Warn;
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns",
+                "annotations": {"podmend.io/agent": "true"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d",
+                    "uid": "u", "controller": true}]},
+            "spec": {
+                "containers": [{"name": "a", "image": "docker:24",
+                    "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
+                    "volumeMounts": [{"name": "sock", "mountPath": "/var/run/docker.sock"}]}],
+                "volumes": [{"name": "sock", "hostPath": {"path": "/var/run/docker.sock"}}]}});
+        let outcome = Engine::new(&config).review(&create("", "Pod", &object), &cluster());
+        let rules: Vec<_> = outcome.findings.iter().map(|f| (f.rule, f.mode)).collect();
+        assert_eq!(
+            rules,
+            [("dind-rm", Mode::Enforce), ("agent-requests", Mode::Warn)],
+            "{:#?}",
+            outcome.findings
+        );
+        assert!(outcome.findings[0].patch.is_empty());
+        assert!(!outcome.findings[1].patch.is_empty());
+        assert!(outcome.patch.is_empty(), "{:#?}", outcome.patch);
+        assert!(!outcome.repair().is_empty());
+    }
+
+    #[test]
     fn templates_in_enforce_mode_get_the_annotation_on_the_template() {
         let mut config = Config::default();
         config.rules.node_affinity.templates = Mode::Enforce;

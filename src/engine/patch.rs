@@ -20,28 +20,17 @@ use crate::target::Target;
 mod apply;
 
 /// The patch enforce-mode rules apply and the repair of every rule, from what the rules did.
-/// With one rule that changed something, its patch is the whole change: no second diff.
+/// With one rule that changed something, its patch is the whole repair: no second diff.
 /// The repair is `None` when it is the patch: every rule that changed something enforces.
 pub(super) fn spec_patches(
     scope: &InScope<'_>,
     ran: &Ran,
 ) -> (Vec<PatchOperation>, Option<Vec<PatchOperation>>) {
-    let mut changing = ran.findings.iter().filter(|f| !f.patch.is_empty());
-    let only_change = match (changing.next(), changing.next()) {
-        (Some(finding), None) => Some(&finding.patch),
-        _ => None,
-    };
-    let annotated = |state: &State, seen: &Seen, rules: Vec<&str>| {
+    let annotated = |state: &State, diff: &dyn Fn() -> Vec<PatchOperation>, rules: Vec<&str>| {
         if !state.touched {
             return Vec::new();
         }
-        let mut patch = match only_change {
-            Some(patch) => patch.clone(),
-            None => prefixed(
-                &ran.spec_pointer,
-                spec_diff::since(&ran.original, &state.spec, seen),
-            ),
-        };
+        let mut patch = diff();
         if !patch.is_empty() {
             patch.push(mutated_annotation_op(
                 scope.object,
@@ -52,15 +41,36 @@ pub(super) fn spec_patches(
         }
         patch
     };
-    let repair = annotated(&ran.repaired, &ran.seen, changed_by(&ran.findings, false));
-    // While the states are one, every rule that changed something enforces. The rules' diffs
-    // were read on the repaired state, not on what enforce-mode rules apply.
+    let repair = annotated(
+        &ran.repaired,
+        &|| repair_patch(ran),
+        changed_by(&ran.findings, false),
+    );
     match &ran.applied {
         None => (repair, None),
+        // A rule that only warns changed something: the rules' patches were diffed on the
+        // repaired state, not on what enforce-mode rules apply, so that is diffed whole.
         Some(enforced) => {
-            let patch = annotated(enforced, &Seen::default(), changed_by(&ran.findings, true));
+            let diff = || {
+                let since = spec_diff::since(&ran.original, &enforced.spec, &Seen::default());
+                prefixed(&ran.spec_pointer, since)
+            };
+            let patch = annotated(enforced, &diff, changed_by(&ran.findings, true));
             (patch, Some(repair))
         }
+    }
+}
+
+/// The patch of every rule's repair: the one rule's own patch when only one changed
+/// something, else the diff of the whole spec.
+fn repair_patch(ran: &Ran) -> Vec<PatchOperation> {
+    let mut changing = ran.findings.iter().filter(|f| !f.patch.is_empty());
+    match (changing.next(), changing.next()) {
+        (Some(only), None) => only.patch.clone(),
+        _ => prefixed(
+            &ran.spec_pointer,
+            spec_diff::since(&ran.original, &ran.repaired.spec, &ran.seen),
+        ),
     }
 }
 
