@@ -20,7 +20,7 @@ use crate::target::Target;
 mod apply;
 
 /// The patch enforce-mode rules apply and the repair of every rule, from what the rules did.
-/// With one rule that changed something, its patch is the whole repair: no second diff.
+/// The rules' own patches make the whole repair, unless two changed one field: no second diff.
 /// The repair is `None` when it is the patch: every rule that changed something enforces.
 pub(super) fn spec_patches(
     scope: &InScope<'_>,
@@ -61,17 +61,54 @@ pub(super) fn spec_patches(
     }
 }
 
-/// The patch of every rule's repair: the one rule's own patch when only one changed
-/// something, else the diff of the whole spec.
+/// The patch of every rule's repair: the rules' own patches, put in the whole diff's order,
+/// when no two changed the same field of the spec (see [`merged`]); else the diff of the
+/// whole spec. Debug builds check the first is the second.
 fn repair_patch(ran: &Ran) -> Vec<PatchOperation> {
-    let mut changing = ran.findings.iter().filter(|f| !f.patch.is_empty());
-    match (changing.next(), changing.next()) {
-        (Some(only), None) => only.patch.clone(),
-        _ => prefixed(
-            &ran.spec_pointer,
-            spec_diff::since(&ran.original, &ran.repaired.spec, &ran.seen),
-        ),
+    let whole = || {
+        let since = spec_diff::since(&ran.original, &ran.repaired.spec, &ran.seen);
+        prefixed(&ran.spec_pointer, since)
+    };
+    match merged(&ran.spec_pointer, &ran.findings) {
+        Some(patch) => {
+            debug_assert_eq!(
+                patch,
+                whole(),
+                "the rules' patches merged differ from the diff"
+            );
+            patch
+        }
+        None => whole(),
     }
+}
+
+/// The rules' patches as one, when no two of them changed the same field of the spec at
+/// `spec`: each field's operations are then the diff of the field as the spec had it to the
+/// field as the repair left it, and the whole diff lists them field by field in the order a
+/// spec serializes its fields (by name), whole fields removed last (see `diff::keys`).
+/// `None` when two rules changed one field.
+fn merged(spec: &Pointer, findings: &[Finding]) -> Option<Vec<PatchOperation>> {
+    let mut changing = findings.iter().filter(|f| !f.patch.is_empty());
+    if let (Some(only), None) = (changing.next(), changing.next()) {
+        return Some(only.patch.clone());
+    }
+    // (removes the whole field, field, which rule, operation)
+    let mut ops: Vec<(bool, &str, usize, &PatchOperation)> = Vec::new();
+    for (rule, finding) in findings.iter().enumerate() {
+        for op in &finding.patch {
+            let below = op.path().as_str().strip_prefix(spec.as_str())?;
+            let below = below.strip_prefix('/')?;
+            let (field, rest) = below.split_at(below.find('/').unwrap_or(below.len()));
+            if ops.iter().any(|&(_, f, r, _)| f == field && r != rule) {
+                return None;
+            }
+            let removes_field = rest.is_empty() && matches!(op, PatchOperation::Remove(_));
+            ops.push((removes_field, field, rule, op));
+        }
+    }
+    // Stable: each field's operations stay in their rule's order.
+    ops.sort_by_key(|&(removes_field, field, _, _)| (removes_field, field));
+    Some(ops.into_iter().map(|(.., op)| op.clone()).collect())
 }
 
 /// The rules whose finding changed something (enforce-mode ones only, if asked).

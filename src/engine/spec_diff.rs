@@ -565,6 +565,12 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_spec_serializes_its_fields_in_the_byte_order_of_their_names() {
+        // The repair's patch merges the rules' patches in this order (`patch::merged`).
+        assert!(FIELD_NAMES.windows(2).all(|pair| pair[0] < pair[1]));
+    }
+
+    #[test]
     fn the_container_fields_are_listed_in_the_order_a_container_serializes_them() {
         let every_field: Container = serde_json::from_value(json!({
             "args": [], "command": [], "env": [], "envFrom": [], "image": "i",
