@@ -32,6 +32,8 @@ pub struct Scanner<'a> {
     text: &'a str,
     pos: usize,
     depth: usize,
+    /// Whether the body was read whole before (see [`Self::reread`]).
+    read_before: bool,
 }
 
 impl<'a> Scanner<'a> {
@@ -40,6 +42,17 @@ impl<'a> Scanner<'a> {
             text,
             pos: 0,
             depth: 0,
+            read_before: false,
+        }
+    }
+
+    /// A scanner over a body that was read whole before, by this scanner or serde_json, so
+    /// its JSON is known good: what it skips is passed over unchecked (the webhook's second
+    /// read of a request).
+    pub fn reread(text: &'a str) -> Self {
+        Scanner {
+            read_before: true,
+            ..Scanner::new(text)
         }
     }
 
@@ -162,9 +175,13 @@ impl<'a> Scanner<'a> {
         end.is_some()
     }
 
-    /// Passes over one value, checking it is JSON serde_json reads.
+    /// Passes over one value, checking it is JSON serde_json reads (unless it was read before).
     pub fn skip(&mut self) -> Option<()> {
-        self.pos = value_end(self.bytes(), self.pos, DEPTH_LIMIT.checked_sub(self.depth)?)?;
+        self.pos = if self.read_before {
+            good_value_end(self.bytes(), whitespace_end(self.bytes(), self.pos))?
+        } else {
+            value_end(self.bytes(), self.pos, DEPTH_LIMIT.checked_sub(self.depth)?)?
+        };
         Some(())
     }
 
@@ -435,6 +452,84 @@ fn value_end(bytes: &[u8], mut at: usize, room: usize) -> Option<usize> {
         }
         return Some(at);
     }
+}
+
+/// Where the value at `at` ends in JSON known good: only strings and brackets are looked at.
+fn good_value_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match *bytes.get(at)? {
+        b'"' => good_string_end(bytes, at + 1),
+        b'{' | b'[' => good_container_end(bytes, at + 1),
+        // A number or literal: up to what follows it.
+        _ => {
+            let rest = bytes.get(at..)?;
+            let follows =
+                |byte: &u8| matches!(byte, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t');
+            Some(at + rest.iter().position(follows).unwrap_or(rest.len()))
+        }
+    }
+}
+
+/// Past the bracket that closes the object or list whose content starts at `at`, in JSON
+/// known good.
+fn good_container_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    let mut depth = 1usize;
+    loop {
+        match *bytes.get(at)? {
+            b'"' => {
+                at = good_string_end(bytes, at + 1)?;
+                continue;
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(at + 1);
+                }
+            }
+            _ => {}
+        }
+        at += 1;
+    }
+}
+
+/// Where the string whose content starts at `at` ends (past its closing quote), in JSON
+/// known good.
+fn good_string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        at = quote_or_backslash(bytes, at);
+        match *bytes.get(at)? {
+            b'"' => return Some(at + 1),
+            // An escape: the byte after the backslash is never the string's end.
+            _ => at += 2,
+        }
+    }
+}
+
+/// The first `"` or `\` at or after `at` (or the end of `bytes`), eight bytes at a time.
+fn quote_or_backslash(bytes: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGHS: u64 = ONES << 7;
+    while let Some(word) = bytes
+        .get(at..at + 8)
+        .and_then(|w| <[u8; 8]>::try_from(w).ok())
+    {
+        let word = u64::from_le_bytes(word);
+        let quote = word ^ (ONES * u64::from(b'"'));
+        let backslash = word ^ (ONES * u64::from(b'\\'));
+        // A byte's high bit is the same in the three words (see `special_bytes`).
+        let flagged = (quote.wrapping_sub(ONES) | backslash.wrapping_sub(ONES)) & !word & HIGHS;
+        if flagged != 0 {
+            return at + flagged.trailing_zeros() as usize / 8;
+        }
+        at += 8;
+    }
+    while bytes
+        .get(at)
+        .is_some_and(|&byte| byte != b'"' && byte != b'\\')
+    {
+        at += 1;
+    }
+    at
 }
 
 /// Past a member's key and colon, the key starting at `at`: where its value starts. Inlined
@@ -802,10 +897,35 @@ mod tests {
         assert_eq!(end, Some(EVERY_KIND.trim_end().len()));
     }
 
+    #[test]
+    fn a_value_known_good_is_passed_over_to_its_end_looking_only_at_strings_and_brackets() {
+        let start = EVERY_KIND.len() - EVERY_KIND.trim_start().len();
+        let end = good_value_end(EVERY_KIND.as_bytes(), start);
+        assert_eq!(end, Some(EVERY_KIND.trim_end().len()));
+        for (value, after) in [
+            ("-1.5e3", ","),
+            ("true", "}"),
+            ("null", "]"),
+            ("7", ""),
+            (r#""a\\""#, ","),
+            (r#""\"]}""#, "}"),
+            (r#""\\\"\u005d""#, " "),
+            (r#"["]", {"}": "{["}, "\\"]"#, ","),
+        ] {
+            let text = format!("{value}{after}");
+            assert_eq!(
+                good_value_end(text.as_bytes(), 0),
+                Some(value.len()),
+                "{text}"
+            );
+        }
+    }
+
     proptest::proptest! {
-        /// Whatever the scanner passes over as a value is JSON serde_json reads: edits of
-        /// every kind anywhere in a value of every kind (ASCII only: a body is UTF-8, checked
-        /// before it is scanned).
+        /// Whatever the scanner passes over as a value is JSON serde_json reads, and JSON
+        /// serde_json reads is passed over to its end on a second read: edits of every kind
+        /// anywhere in a value of every kind (ASCII only: a body is UTF-8, checked before it
+        /// is scanned).
         #[test]
         fn what_the_scanner_passes_over_is_json_serde_json_reads(
             edits in proptest::collection::vec((0usize..200, 0u8..0x80, 0u8..3), 1..4)
@@ -824,6 +944,16 @@ mod tests {
             if let Some(end) = value_end(&text, 0, DEPTH_LIMIT) {
                 let read = serde_json::from_slice::<serde::de::IgnoredAny>(&text[..end]);
                 proptest::prop_assert!(read.is_ok(), "{}", String::from_utf8_lossy(&text));
+            }
+            // Where the whole is good JSON, the second read's pass ends the value alike.
+            if serde_json::from_slice::<serde::de::IgnoredAny>(&text).is_ok() {
+                let start = whitespace_end(&text, 0);
+                proptest::prop_assert_eq!(
+                    good_value_end(&text, start),
+                    Some(text.trim_ascii_end().len()),
+                    "{}",
+                    String::from_utf8_lossy(&text)
+                );
             }
         }
     }
