@@ -507,8 +507,10 @@ fn push_json(out: &mut Vec<u8>, value: &(impl Serialize + ?Sized)) {
 /// Appends the patch as JSON, in base64.
 fn push_base64_json(out: &mut Vec<u8>, patch: &[PatchOperation]) {
     use base64::engine::general_purpose::STANDARD;
-    // Serializing patch operations (strings and JSON values) cannot fail.
-    let json = serde_json::to_vec(patch).unwrap_or_default();
+    let mut json = Vec::with_capacity(256);
+    push_patch(&mut json, patch);
+    // Debug builds (every test and fuzz run): as serde_json writes it.
+    debug_assert_eq!(Some(&json), serde_json::to_vec(patch).ok().as_ref());
     let start = out.len();
     // `None` only for a length past `usize`, which a patch in memory never has.
     let Some(length) = base64::encoded_len(json.len(), true) else {
@@ -518,6 +520,67 @@ fn push_base64_json(out: &mut Vec<u8>, patch: &[PatchOperation]) {
     if let Some(slot) = out.get_mut(start..) {
         // The slot is exactly the encoded length: encoding cannot run out of room.
         let _ = STANDARD.encode_slice(&json, slot);
+    }
+}
+
+/// Appends the patch as serde_json writes it, its strings copied as they are where nothing
+/// in them needs an escape (see [`push_string`]): an answer's paths, names and quantities.
+fn push_patch(out: &mut Vec<u8>, patch: &[PatchOperation]) {
+    out.push(b'[');
+    for (index, op) in patch.iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        let (name, path, value): (&[u8], _, _) = match op {
+            PatchOperation::Add(op) => (b"add", &op.path, Some(&op.value)),
+            PatchOperation::Replace(op) => (b"replace", &op.path, Some(&op.value)),
+            PatchOperation::Remove(op) => (b"remove", &op.path, None),
+            // Not in podmend's patches: as serde_json writes them.
+            other => {
+                push_json(out, other);
+                continue;
+            }
+        };
+        out.extend_from_slice(b"{\"op\":\"");
+        out.extend_from_slice(name);
+        out.extend_from_slice(b"\",\"path\":");
+        push_string(out, path.as_str());
+        if let Some(value) = value {
+            out.extend_from_slice(b",\"value\":");
+            push_value(out, value);
+        }
+        out.push(b'}');
+    }
+    out.push(b']');
+}
+
+/// Appends `value` as serde_json writes it, strings as [`push_string`] does.
+fn push_value(out: &mut Vec<u8>, value: &Value) {
+    match value {
+        Value::String(text) => push_string(out, text),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                push_value(out, item);
+            }
+            out.push(b']');
+        }
+        Value::Object(members) => {
+            out.push(b'{');
+            for (index, (key, member)) in members.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                push_string(out, key);
+                out.push(b':');
+                push_value(out, member);
+            }
+            out.push(b'}');
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => push_json(out, value),
     }
 }
 
@@ -886,6 +949,29 @@ mod tests {
                     serde_json::to_string(&expected).expect("json"),
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_patch_is_written_as_serde_json_writes_it() {
+        let patch: Vec<PatchOperation> = serde_json::from_value(json!([
+            {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {"terms": [
+                {"key": "metadata.name", "values": ["n\"1", "é\u{1}"]}]}, "n": [1, -2.5, true, null, {}, []]}},
+            {"op": "replace", "path": "/spec/containers/0/resources/requests/cpu", "value": "0"},
+            {"op": "remove", "path": "/spec/nodeName"},
+            {"op": "add", "path": "/metadata/annotations/podmend.io~1mutated", "value": "a,b"},
+            {"op": "move", "from": "/a", "path": "/b"},
+            {"op": "copy", "from": "/a", "path": "/c"},
+            {"op": "test", "path": "/a\\~0", "value": 1e300}
+        ]))
+        .expect("patch");
+        for ops in [&patch[..], &patch[..1], &[]] {
+            let mut written = Vec::new();
+            push_patch(&mut written, ops);
+            assert_eq!(
+                String::from_utf8(written).expect("UTF-8"),
+                serde_json::to_string(ops).expect("json")
+            );
         }
     }
 
