@@ -114,6 +114,8 @@ pub struct Request<'a> {
     pub operation: Operation,
     /// The body it was decoded from (checked to be UTF-8), read again for the whole objects.
     body: &'a str,
+    /// Where `object` starts in the body, when the scanner read it: a second read starts there.
+    object_at: Option<usize>,
 }
 
 impl<'a> Request<'a> {
@@ -176,11 +178,16 @@ impl WholeObjects for Request<'_> {
     /// Through the scanner, which read this body for the sketch; serde_json reads what it
     /// declines.
     fn read_object(&self, keep: document::Union) -> Result<Option<Value>, serde_json::Error> {
-        // `decode` read the body whole: its JSON is known good.
-        let mut scan = Scanner::reread(self.body);
-        let scanned = scan
-            .read_at(OBJECT_PATH, keep)
-            .and_then(|object| scan.end().map(|()| object));
+        // `decode` read the body whole: its JSON is known good, and where the scanner read it,
+        // the object is read from where it starts.
+        let scanned = match self.object_at {
+            Some(at) => Scanner::reread(self.body, at).read_at(&[], keep),
+            None => {
+                let mut scan = Scanner::reread(self.body, 0);
+                scan.read_at(OBJECT_PATH, keep)
+                    .and_then(|object| scan.end().map(|()| object))
+            }
+        };
         match scanned {
             Some(object) => {
                 #[cfg(debug_assertions)]
@@ -228,13 +235,13 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
             error.valid_up_to()
         )))
     })?;
-    let review = match scan_review(text) {
-        Some(review) => {
+    let (review, object_at) = match scan_review(text) {
+        Some((review, object_at)) => {
             #[cfg(debug_assertions)]
             check_scan(text, &review);
-            review
+            (review, object_at)
         }
-        None => read_review(text)?,
+        None => (read_review(text)?, None),
     };
     match review.api_version.as_deref() {
         Some(API_VERSION) => {}
@@ -259,6 +266,7 @@ pub fn decode(body: &[u8]) -> Result<Request<'_>, AdmissionError> {
         inner,
         operation,
         body: text,
+        object_at,
     })
 }
 
@@ -286,25 +294,33 @@ fn check_scan(text: &str, scanned: &ReviewIn<'_>) {
 /// `None` when the scanner is not sure, and [`read_review`] then decides. It reads as serde's
 /// derive does: unknown fields skipped, `null` as absent for an `Option`, and a field given
 /// twice refused (declined here).
-fn scan_review(text: &str) -> Option<ReviewIn<'_>> {
+fn scan_review(text: &str) -> Option<(ReviewIn<'_>, Option<usize>)> {
     let mut scan = Scanner::new(text);
     let mut review = ReviewIn::default();
     let mut seen = Seen::default();
+    let mut object_at = None;
     scan.object(|scan, key| {
         match key {
             "apiVersion" => review.api_version = seen.first(0, optional_string(scan))?,
             "kind" => review.kind = seen.first(1, optional_string(scan))?,
-            "request" => review.request = seen.first(2, scan.optional(scan_request))?,
+            "request" => {
+                let request = scan.optional(|scan| scan_request(scan, &mut object_at));
+                review.request = seen.first(2, request)?;
+            }
             _ => scan.skip()?,
         }
         Some(())
     })?;
     scan.end()?;
-    Some(review)
+    Some((review, object_at))
 }
 
-/// An `AdmissionRequest`, read as [`scan_review`] reads.
-fn scan_request<'a>(scan: &mut Scanner<'a>) -> Option<AdmissionRequest<'a>> {
+/// An `AdmissionRequest`, read as [`scan_review`] reads; `object_at` is where its `object`
+/// starts.
+fn scan_request<'a>(
+    scan: &mut Scanner<'a>,
+    object_at: &mut Option<usize>,
+) -> Option<AdmissionRequest<'a>> {
     let mut request = AdmissionRequest::default();
     let mut seen = Seen::default();
     scan.object(|scan, key| {
@@ -315,7 +331,10 @@ fn scan_request<'a>(scan: &mut Scanner<'a>) -> Option<AdmissionRequest<'a>> {
             "name" => request.name = seen.first(3, optional_string(scan))?,
             "namespace" => request.namespace = seen.first(4, optional_string(scan))?,
             "operation" => request.operation = seen.first(5, string(scan))?,
-            "object" => request.object_sketch = seen.first(6, scan.sketch())?,
+            "object" => {
+                *object_at = Some(scan.position());
+                request.object_sketch = seen.first(6, scan.sketch())?;
+            }
             "oldObject" => request.old_object_sketch = seen.first(7, scan.sketch())?,
             "dryRun" => request.dry_run = seen.first(8, scan.optional(Scanner::bool))?,
             _ => scan.skip()?,
@@ -630,7 +649,7 @@ mod tests {
     #[test]
     fn every_captured_review_is_read_by_the_scanner_as_serde_json_reads_it() {
         for (name, body) in captured_reviews() {
-            let scanned = scan_review(&body);
+            let scanned = scan_review(&body).map(|(review, _)| review);
             assert!(scanned.is_some(), "the scanner declined {name}");
             assert_eq!(scanned, read_review(&body).ok(), "{name}");
         }
@@ -651,17 +670,18 @@ mod tests {
                         Part::Below(target.spec, shape),
                     ])
                     .expect("three parts");
+                    let by_serde = read_object_by_serde(&body, keep).ok();
                     // On a first read, and on a second, skipping unchecked.
-                    for mut scan in [Scanner::new(&body), Scanner::reread(&body)] {
+                    for mut scan in [Scanner::new(&body), Scanner::reread(&body, 0)] {
                         let scanned = scan.read_at(OBJECT_PATH, keep);
                         assert!(scanned.is_some(), "the scanner declined {name}");
-                        assert_eq!(
-                            scanned,
-                            read_object_by_serde(&body, keep).ok(),
-                            "{name} at {}",
-                            target.spec
-                        );
+                        assert_eq!(scanned, by_serde, "{name} at {}", target.spec);
                     }
+                    // The webhook's: from where the scanner found the object.
+                    let request = decode(body.as_bytes()).expect("decodes");
+                    assert!(request.object_at.is_some(), "{name}");
+                    let read = request.read_object(keep).ok();
+                    assert_eq!(read, by_serde, "{name} at {}", target.spec);
                 }
             }
         }

@@ -46,14 +46,21 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// A scanner over a body that was read whole before, by this scanner or serde_json, so
-    /// its JSON is known good: what it skips is passed over unchecked (the webhook's second
-    /// read of a request).
-    pub fn reread(text: &'a str) -> Self {
+    /// A scanner at byte `at` of a body that was read whole before, by this scanner or
+    /// serde_json, so its JSON is known good: what it skips is passed over unchecked (the
+    /// webhook's second read of a request).
+    pub fn reread(text: &'a str, at: usize) -> Self {
         Scanner {
+            pos: at,
             read_before: true,
             ..Scanner::new(text)
         }
+    }
+
+    /// Where the next value starts, past whitespace.
+    pub fn position(&mut self) -> usize {
+        self.peek();
+        self.pos
     }
 
     fn bytes(&self) -> &'a [u8] {
