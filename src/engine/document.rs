@@ -287,14 +287,16 @@ impl Part {
         match self {
             Part::Here(shape) => shape.field(key).map(Part::Here),
             Part::Below(pointer, shape) => {
-                let rest = pointer.strip_prefix('/')?;
-                let (segment, below) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-                if segment != key {
+                let below = pointer.strip_prefix('/')?.strip_prefix(key)?;
+                // A key with a `/` is no segment of the pointer, only two of them run together.
+                if key.contains('/') {
                     None
                 } else if below.is_empty() {
                     Some(Part::Here(shape))
-                } else {
+                } else if below.starts_with('/') {
                     Some(Part::Below(below, shape))
+                } else {
+                    None
                 }
             }
         }
@@ -897,7 +899,9 @@ mod tests {
     #[test]
     fn a_union_part_below_follows_a_templates_path_and_nothing_else() {
         let union = Union::of([Part::Below("/spec/template/spec", &RESOURCES)]).expect("one part");
-        let deployment = json!({"spec": {"replicas": 2, "tolerations": [1],
+        // Keys that start a segment, or run two together, are not on the path.
+        let deployment = json!({"spec/template": {"spec": {"tolerations": [3]}},
+            "spe": 1, "spec": {"replicas": 2, "tolerations": [1], "templates": {"spec": {}},
             "template": {"metadata": {"labels": {}}, "spec": {"tolerations": [2], "hostNetwork": true}}}});
         assert_eq!(
             project(&deployment, union),
