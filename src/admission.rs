@@ -431,7 +431,7 @@ impl<'a> AdmissionDecision<'a> {
                         finding
                             .messages
                             .iter()
-                            .map(|m| clip(format!("{prefix}{m}"))),
+                            .map(|m| clip([prefix.as_str(), m].concat())),
                     );
                 }
                 AdmissionDecision {
@@ -465,6 +465,10 @@ impl<'a> AdmissionDecision<'a> {
 }
 
 fn clip(mut warning: String) -> String {
+    // No longer in bytes than the limit in characters: nothing to count.
+    if warning.len() <= MAX_WARNING_CHARS {
+        return warning;
+    }
     if let Some((index, _)) = warning.char_indices().nth(MAX_WARNING_CHARS) {
         warning.truncate(index);
     }
@@ -1016,6 +1020,11 @@ mod tests {
     #[test]
     fn long_warnings_are_clipped_to_what_the_api_server_keeps() {
         assert_eq!(clip("é".repeat(300)).chars().count(), MAX_WARNING_CHARS);
+        // At the limit, in characters and in bytes, and one past it.
+        for text in ["é".repeat(MAX_WARNING_CHARS), "e".repeat(MAX_WARNING_CHARS)] {
+            assert_eq!(clip(text.clone()), text);
+            assert_eq!(clip(format!("{text}x")), text);
+        }
     }
 
     fn outcome_with(mode: Mode, patch: Vec<PatchOperation>) -> Outcome {
