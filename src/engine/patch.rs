@@ -15,7 +15,7 @@ use super::scope::InScope;
 use super::spec_diff::{self, Seen};
 use super::{Finding, MUTATED_ANNOTATION, Outcome, Skip};
 use crate::config::Mode;
-use crate::target::Target;
+use crate::target::{self, Target};
 
 mod apply;
 
@@ -193,7 +193,7 @@ fn mutated_annotation_op(
         }
     }
     let value = Value::String(rules.join(","));
-    let metadata = object.pointer(metadata_pointer);
+    let metadata = target::at(object, metadata_pointer);
     let (path, value) = match metadata {
         Some(meta) if meta.get("annotations").is_some_and(Value::is_object) => {
             let mut path = parse_pointer(metadata_pointer);
