@@ -265,7 +265,8 @@ pub const UNION_PARTS: usize = 8;
 /// Several shapes read as one: a field is kept when one of them keeps it. A part may stand
 /// below the value read, at a JSON Pointer (a pod spec's place in its object). A union reads
 /// a body the sketch read first, or a value already parsed, both with their nesting checked:
-/// what it skips is passed over uncounted, as fast as serde_json can.
+/// what it skips is passed over uncounted, as fast as serde_json can, and by the scanner
+/// unchecked.
 #[derive(Clone, Copy)]
 pub struct Union {
     parts: [Part; UNION_PARTS],

@@ -32,8 +32,6 @@ pub struct Scanner<'a> {
     text: &'a str,
     pos: usize,
     depth: usize,
-    /// Whether the body was read whole before (see [`Self::reread`]).
-    read_before: bool,
 }
 
 impl<'a> Scanner<'a> {
@@ -42,17 +40,13 @@ impl<'a> Scanner<'a> {
             text,
             pos: 0,
             depth: 0,
-            read_before: false,
         }
     }
 
-    /// A scanner at byte `at` of a body that was read whole before, by this scanner or
-    /// serde_json, so its JSON is known good: what it skips is passed over unchecked (the
-    /// webhook's second read of a request).
-    pub fn reread(text: &'a str, at: usize) -> Self {
+    /// A scanner at byte `at` of `text`: where a value the first read found starts.
+    pub fn starting_at(text: &'a str, at: usize) -> Self {
         Scanner {
             pos: at,
-            read_before: true,
             ..Scanner::new(text)
         }
     }
@@ -182,13 +176,16 @@ impl<'a> Scanner<'a> {
         end.is_some()
     }
 
-    /// Passes over one value, checking it is JSON serde_json reads (unless it was read before).
+    /// Passes over one value, checking it is JSON serde_json reads.
     pub fn skip(&mut self) -> Option<()> {
-        self.pos = if self.read_before {
-            good_value_end(self.bytes(), whitespace_end(self.bytes(), self.pos))?
-        } else {
-            value_end(self.bytes(), self.pos, DEPTH_LIMIT.checked_sub(self.depth)?)?
-        };
+        self.pos = value_end(self.bytes(), self.pos, DEPTH_LIMIT.checked_sub(self.depth)?)?;
+        Some(())
+    }
+
+    /// Passes over one value of a body read whole before (see [`Union`]), whose JSON is known
+    /// good: only where it ends is looked for.
+    fn pass_over(&mut self) -> Option<()> {
+        self.pos = good_value_end(self.bytes(), whitespace_end(self.bytes(), self.pos))?;
         Some(())
     }
 
@@ -211,7 +208,8 @@ impl<'a> Scanner<'a> {
 
     /// The value at `path` (object keys) of the document that comes next, with the parts
     /// `keep` keeps, as [`super::read_at`] reads it; `Some(None)` when the document has no
-    /// such value, or `null` there.
+    /// such value, or `null` there. A union reads a body read whole before, whose JSON is
+    /// known good: what it skips is only passed over.
     pub fn read_at(&mut self, path: &[&str], keep: Union) -> Option<Option<Value>> {
         Some(self.at(path, keep)?.filter(|value| !value.is_null()))
     }
@@ -223,7 +221,7 @@ impl<'a> Scanner<'a> {
             return self.shaped(keep).map(Some);
         };
         if self.peek()? != b'{' {
-            self.skip()?;
+            self.pass_over()?;
             return Some(None);
         }
         let mut found = None;
@@ -231,7 +229,7 @@ impl<'a> Scanner<'a> {
             if key == *first {
                 found = scan.at(rest, keep)?;
             } else {
-                scan.skip()?;
+                scan.pass_over()?;
             }
             Some(())
         })?;
@@ -254,7 +252,10 @@ impl<'a> Scanner<'a> {
                         T::push(&mut members, key, value);
                         Some(())
                     }
-                    _ => scan.skip(),
+                    // The sketch checks what it skips; a union's read, of a body read before,
+                    // passes over it.
+                    _ if keep.counts_skipped() => scan.skip(),
+                    _ => scan.pass_over(),
                 })?;
                 Some(T::object(members))
             }
