@@ -219,8 +219,9 @@ trait Keep: Copy {
     fn items(self) -> Option<Self>;
     /// Whether an object met here is kept whole: a list or everything was expected.
     fn keeps_object_whole(self) -> bool;
-    /// Whether what is skipped is counted for nesting: on the first read of a body (the
-    /// sketch), which refuses one too deep; not on a second read of the same body.
+    /// Whether what is skipped is counted for nesting and checked: on the first read of a
+    /// body (the sketch), which refuses one too deep or not JSON; not on a second read of the
+    /// same body, which only passes over it.
     fn counts_skipped(self) -> bool;
     /// How many fields an object kept here has at most, as far as the shapes tell (0 when
     /// they do not): its map is made that large at once rather than grown and rehashed as

@@ -7,7 +7,8 @@
 //! declines (`None`) everything else — escapes in keys, numbers with exponents, surrogate
 //! escapes, deep nesting, invalid JSON. The caller then reads the body with serde_json, which
 //! decides (and words any error) as before. So a body it accepts gives exactly what
-//! serde_json gives; debug builds check that on every review (`admission::decode`).
+//! serde_json gives; debug builds check that on every review (`admission::decode`). The
+//! second read of a body the first read accepted passes over what it skips unchecked.
 //!
 //! Why not serde_json alone: its visitors cost about three times a plain scan of a body, and
 //! a body the API server sends is nearly all skipped (`managedFields`, kubectl's
