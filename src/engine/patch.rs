@@ -154,10 +154,9 @@ fn applies(
     repair: Option<&[PatchOperation]>,
 ) -> Result<(), Skip> {
     // The object is a copy or the review's own read, dropped after: nothing to undo on a
-    // failure, which `apply` leaves out as `patch_unsafe` does (it fails at the same
-    // operation as `patch`).
+    // failure, and the values the patch adds need not be in it (`apply::check`).
     let check = |mut object: Value, candidate: &[PatchOperation]| {
-        apply::apply(&mut object, candidate).map_err(|error| {
+        apply::check(&mut object, candidate).map_err(|error| {
             Skip::UndecodablePodSpec(
                 format!("the repair does not apply to the object as sent: {error}").into(),
             )

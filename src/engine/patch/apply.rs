@@ -25,7 +25,7 @@ pub(in crate::engine) fn apply(
         let mut copy = object.clone();
         json_patch::patch_unsafe(&mut copy, patch).map(|()| copy)
     };
-    let result = apply_quickly(object, patch);
+    let result = apply_quickly(object, patch, Values::Copied);
     #[cfg(debug_assertions)]
     {
         let agree = match (&expected, &result) {
@@ -41,9 +41,57 @@ pub(in crate::engine) fn apply(
     result
 }
 
-fn apply_quickly(object: &mut Value, patch: &[PatchOperation]) -> Result<(), PatchError> {
+/// Whether `patch` applies to `object`: [`apply`]'s result, with `object` left as a draft. A
+/// value added at a key, which no later operation reaches into, is not copied in: `null` holds
+/// its place, for what decides whether an operation applies is the paths, not the values (the
+/// copies were a fifth of a repair's check). Patches with operations that read values (`test`,
+/// `move`, `copy`) are applied whole. Debug builds compare the result with [`apply`]'s.
+pub(in crate::engine) fn check(
+    object: &mut Value,
+    patch: &[PatchOperation],
+) -> Result<(), PatchError> {
+    #[cfg(debug_assertions)]
+    let expected = apply(&mut object.clone(), patch).map_err(|error| error.to_string());
+    let writes_only = patch.iter().all(|operation| {
+        matches!(
+            operation,
+            PatchOperation::Add(_) | PatchOperation::Remove(_) | PatchOperation::Replace(_)
+        )
+    });
+    let result = if writes_only {
+        apply_quickly(object, patch, Values::HeldByPlaceholders)
+    } else {
+        apply(object, patch)
+    };
+    #[cfg(debug_assertions)]
+    debug_assert_eq!(
+        result
+            .as_ref()
+            .map(|_| ())
+            .map_err(|error| error.to_string()),
+        expected,
+        "a patch checked otherwise than it applies"
+    );
+    result
+}
+
+/// What the values an operation writes become in the object.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Values {
+    /// Copied in: the object is the patched one.
+    Copied,
+    /// Held by `null` where no later operation reaches into them ([`check`]).
+    HeldByPlaceholders,
+}
+
+fn apply_quickly(
+    object: &mut Value,
+    patch: &[PatchOperation],
+    values: Values,
+) -> Result<(), PatchError> {
     for (index, operation) in patch.iter().enumerate() {
-        if quickly(object, operation).is_none() {
+        let later = patch.get(index + 1..).unwrap_or_default();
+        if quickly(object, operation, values, later).is_none() {
             let rest = patch.get(index..).unwrap_or_default();
             return json_patch::patch_unsafe(object, rest).map_err(|mut error| {
                 error.operation += index;
@@ -55,13 +103,24 @@ fn apply_quickly(object: &mut Value, patch: &[PatchOperation]) -> Result<(), Pat
 }
 
 /// One operation, applied; `None`, with `object` untouched, for one left to `json_patch`.
-fn quickly(object: &mut Value, operation: &PatchOperation) -> Option<()> {
+/// `later`: the operations after it, which a placeholder must not be in the way of.
+fn quickly(
+    object: &mut Value,
+    operation: &PatchOperation,
+    values: Values,
+    later: &[PatchOperation],
+) -> Option<()> {
     match operation {
         PatchOperation::Add(add) => {
             let (parent, last) = add.path.split_back()?;
             match walk(object, parent)? {
                 Value::Object(map) => {
-                    map.insert(last.decoded().into_owned(), add.value.clone());
+                    // At a key, the value stays where it is put whatever comes later: only an
+                    // operation whose path goes through it could tell a placeholder from it.
+                    let held = values == Values::HeldByPlaceholders
+                        && !later.iter().any(|op| reaches_into(op, &add.path));
+                    let value = if held { Value::Null } else { add.value.clone() };
+                    map.insert(last.decoded().into_owned(), value);
                 }
                 Value::Array(items) => {
                     let at =
@@ -93,6 +152,13 @@ fn quickly(object: &mut Value, operation: &PatchOperation) -> Option<()> {
     Some(())
 }
 
+/// Whether `operation`'s path goes through `at` to something inside it.
+fn reaches_into(operation: &PatchOperation, at: &Pointer) -> bool {
+    let path = operation.path().as_str();
+    path.strip_prefix(at.as_str())
+        .is_some_and(|rest| rest.starts_with('/'))
+}
+
 /// The value at `pointer`, as serde_json's `pointer_mut` finds it.
 fn walk<'v>(value: &'v mut Value, pointer: &Pointer) -> Option<&'v mut Value> {
     pointer
@@ -115,7 +181,7 @@ mod tests {
         let patch: Vec<PatchOperation> = serde_json::from_value(patch).expect("a patch");
         let mut here = object.clone();
         let mut there = object.clone();
-        let result = apply_quickly(&mut here, &patch).map_err(|e| e.to_string());
+        let result = apply_quickly(&mut here, &patch, Values::Copied).map_err(|e| e.to_string());
         let expected = json_patch::patch_unsafe(&mut there, &patch).map_err(|e| e.to_string());
         assert_eq!(result, expected, "{patch:?}");
         if result.is_ok() {
@@ -152,7 +218,70 @@ mod tests {
         let operations: Vec<PatchOperation> = serde_json::from_value(patch).expect("a patch");
         let mut object = pod();
         for operation in &operations {
-            assert!(quickly(&mut object, operation).is_some(), "{operation:?}");
+            let quick = quickly(&mut object, operation, Values::Copied, &[]);
+            assert!(quick.is_some(), "{operation:?}");
+        }
+    }
+
+    /// `check`'s result and `apply`'s, as strings, for `patch` on `object`.
+    fn checked_and_applied(object: &Value, patch: Value) -> (Result<(), String>, Value) {
+        let patch: Vec<PatchOperation> = serde_json::from_value(patch).expect("a patch");
+        let mut draft = object.clone();
+        let checked = check(&mut draft, &patch).map_err(|e| e.to_string());
+        let applied = apply(&mut object.clone(), &patch).map_err(|e| e.to_string());
+        assert_eq!(checked, applied, "{patch:?}");
+        (checked, draft)
+    }
+
+    #[test]
+    fn a_check_finds_what_applying_finds_with_placeholders_for_values_nothing_reaches_into() {
+        let (result, draft) = checked_and_applied(
+            &pod(),
+            json!([
+                {"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {}}},
+                {"op": "add", "path": "/spec/tolerations", "value": [{"key": "k"}]},
+                {"op": "add", "path": "/spec/tolerations/1", "value": {"key": "j"}},
+                {"op": "add", "path": "/spec/containers/0/resources/requests",
+                    "value": {"cpu": "0"}},
+                {"op": "add", "path": "/metadata/annotations/podmend.io~1mutated", "value": "r"}
+            ]),
+        );
+        assert_eq!(result, Ok(()));
+        // Nothing reaches into the affinity, the requests or the annotation: placeholders.
+        // The tolerations are reached into (an item added at 1): copied.
+        assert_eq!(draft["spec"]["affinity"], Value::Null);
+        assert_eq!(
+            draft["spec"]["containers"][0]["resources"]["requests"],
+            Value::Null
+        );
+        assert_eq!(
+            draft["metadata"]["annotations"]["podmend.io/mutated"],
+            Value::Null
+        );
+        assert_eq!(
+            draft["spec"]["tolerations"],
+            json!([{"key": "k"}, {"key": "j"}])
+        );
+        for patch in [
+            // Into an added value: it is there to go into, or, a string, it is not.
+            json!([{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {}}},
+                {"op": "add", "path": "/spec/affinity/nodeAffinity/x", "value": 1}]),
+            json!([{"op": "add", "path": "/spec/x", "value": {"y": 1}},
+                {"op": "remove", "path": "/spec/x/y"},
+                {"op": "replace", "path": "/spec/x", "value": 2}]),
+            json!([{"op": "add", "path": "/spec/x", "value": "s"},
+                {"op": "add", "path": "/spec/x/y", "value": 1}]),
+            // A key that only starts like the added one is not inside it.
+            json!([{"op": "add", "path": "/spec/x", "value": {}},
+                {"op": "add", "path": "/spec/xy/z", "value": 1}]),
+            // Operations that read values: applied whole.
+            json!([{"op": "add", "path": "/spec/x", "value": "v"},
+                {"op": "test", "path": "/spec/x", "value": "v"}]),
+            json!([{"op": "add", "path": "/spec/x", "value": "v"},
+                {"op": "test", "path": "/spec/x", "value": "w"}]),
+        ] {
+            // It asserts that the two agree, whether they apply or fail.
+            let _ = checked_and_applied(&pod(), patch);
         }
     }
 
