@@ -2,11 +2,12 @@
 //! at one line per admission review, its timestamp, level, target and field formatting were
 //! most of the line's cost. [`TextLine`] writes the line of an event outside any span, in no
 //! colour, itself; [`Timestamp`] formats the date and time up to the second once a second per
-//! thread; [`TextFields`] writes a plain field's `name=value` directly. Everything else (spans,
-//! colours, events from the `log` crate, error sources, a message that needs escaping) is
-//! handed to tracing-subscriber's own formatter. The tests compare the lines with its output.
+//! thread; [`TextFields`] gathers plain fields' `name=value` in a buffer the thread keeps, and
+//! writes them at once. Everything else (spans, colours, events from the `log` crate, error
+//! sources, a message that needs escaping) is handed to tracing-subscriber's own formatter.
+//! The tests compare the lines with its output.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::fmt::{self, Write as _};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -178,10 +179,17 @@ impl<'a> MakeVisitor<Writer<'a>> for TextFields {
     fn make_visitor(&self, writer: Writer<'a>) -> TextVisitor<'a> {
         TextVisitor {
             writer,
+            pending: PENDING.try_with(Cell::take).unwrap_or_default(),
             is_empty: true,
             result: Ok(()),
         }
     }
+}
+
+thread_local! {
+    /// The room a visitor gathers its fields in, kept between events so that a line costs
+    /// no allocation.
+    static PENDING: Cell<String> = const { Cell::new(String::new()) };
 }
 
 /// Writes fields as `DefaultVisitor` does: separated by a space, `name=value` with the value
@@ -189,6 +197,10 @@ impl<'a> MakeVisitor<Writer<'a>> for TextFields {
 /// metadata) skipped.
 pub struct TextVisitor<'a> {
     writer: Writer<'a>,
+    /// Plain fields gathered and not yet written: `writer` writes through a `dyn fmt::Write`,
+    /// and a dozen small writes per field through it were most of a line's cost. Written out
+    /// when the fields are done, and before anything else writes to `writer`.
+    pending: String,
     /// Whether nothing has been written yet (no space before the first field).
     is_empty: bool,
     result: fmt::Result,
@@ -210,20 +222,19 @@ impl TextVisitor<'_> {
         self.result.is_ok() && !field.name().starts_with("log.")
     }
 
-    /// Writes the space that separates a field from the one before it.
-    fn separate(&mut self) -> fmt::Result {
-        if std::mem::replace(&mut self.is_empty, false) {
-            return Ok(());
+    /// Gathers the space that separates a field from the one before it.
+    fn separate(&mut self) {
+        if !std::mem::replace(&mut self.is_empty, false) {
+            self.pending.push(' ');
         }
-        self.writer.write_char(' ')
     }
 
-    /// Writes `name=` and the value through `write_value` when the field's name is plain, and
-    /// lets tracing-subscriber's visitor write it (through `record`) when it is not.
+    /// Gathers `name=` and the value through `write_value` when the field's name is plain,
+    /// and lets tracing-subscriber's visitor write it (through `record`) when it is not.
     fn record_with(
         &mut self,
         field: &Field,
-        write_value: impl FnOnce(&mut Writer<'_>) -> fmt::Result,
+        write_value: impl FnOnce(&mut String) -> fmt::Result,
         record: impl FnOnce(&mut DefaultVisitor<'_>),
     ) {
         if !self.wanted(field) {
@@ -231,22 +242,33 @@ impl TextVisitor<'_> {
         }
         match self.plain_name(field) {
             Some(name) => {
-                self.result = self
-                    .separate()
-                    .and_then(|()| self.writer.write_str(name))
-                    .and_then(|()| self.writer.write_char('='))
-                    .and_then(|()| write_value(&mut self.writer));
+                self.separate();
+                self.pending.push_str(name);
+                self.pending.push('=');
+                self.result = write_value(&mut self.pending);
             }
             None => self.hand_over(record),
         }
     }
 
-    /// Lets tracing-subscriber's own visitor write the field.
+    /// Lets tracing-subscriber's own visitor write the field, after what is gathered.
     fn hand_over(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
+        self.write_pending();
+        if self.result.is_err() {
+            return;
+        }
         let mut visitor = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
         record(&mut visitor);
         self.result = visitor.finish();
         self.is_empty = false;
+    }
+
+    /// Writes what is gathered to the writer.
+    fn write_pending(&mut self) {
+        if self.result.is_ok() && !self.pending.is_empty() {
+            self.result = self.writer.write_str(&self.pending);
+        }
+        self.pending.clear();
     }
 }
 
@@ -254,8 +276,33 @@ impl Visit for TextVisitor<'_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.record_with(
             field,
-            |writer| write_debug_str(writer, value),
+            |pending| write_debug_str(pending, value),
             |visitor| visitor.record_str(field, value),
+        );
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.record_with(
+            field,
+            |pending| {
+                push_decimal(pending, value);
+                Ok(())
+            },
+            |visitor| visitor.record_u64(field, value),
+        );
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.record_with(
+            field,
+            |pending| {
+                if value < 0 {
+                    pending.push('-');
+                }
+                push_decimal(pending, value.unsigned_abs());
+                Ok(())
+            },
+            |visitor| visitor.record_i64(field, value),
         );
     }
 
@@ -271,36 +318,30 @@ impl Visit for TextVisitor<'_> {
         }
         self.record_with(
             field,
-            |writer| write!(writer, "{value:?}"),
+            |pending| write!(pending, "{value:?}"),
             |visitor| visitor.record_debug(field, value),
         );
     }
 }
 
-thread_local! {
-    /// Where a message is formatted before it is known to need no escaping.
-    static MESSAGE: RefCell<String> = const { RefCell::new(String::new()) };
-}
-
 impl TextVisitor<'_> {
-    /// Writes the message as it is, when it has nothing tracing-subscriber would escape
-    /// (terminal control characters); `false`, having written nothing, when it has.
+    /// Gathers the message as it is, when it has nothing tracing-subscriber would escape
+    /// (terminal control characters); `false`, having gathered nothing, when it has.
     fn wrote_message(&mut self, value: &dyn fmt::Debug) -> bool {
-        MESSAGE.with(|scratch| {
-            let Ok(mut message) = scratch.try_borrow_mut() else {
-                return false;
-            };
-            message.clear();
-            if write!(message, "{value:?}").is_err()
-                || (self.writer.sanitizes_ansi_escapes() && has_control_characters(&message))
-            {
-                return false;
-            }
-            self.result = self
-                .separate()
-                .and_then(|()| self.writer.write_str(&message));
-            true
-        })
+        let before = self.pending.len();
+        if !self.is_empty {
+            self.pending.push(' ');
+        }
+        let message = self.pending.len();
+        if write!(self.pending, "{value:?}").is_err()
+            || (self.writer.sanitizes_ansi_escapes()
+                && has_control_characters(&self.pending[message..]))
+        {
+            self.pending.truncate(before);
+            return false;
+        }
+        self.is_empty = false;
+        true
     }
 }
 
@@ -319,28 +360,55 @@ fn has_control_characters(text: &str) -> bool {
 
 /// A string in its `Debug` form: quoted, as it is when it is printable ASCII without quotes
 /// or backslashes, and through `Debug` (which escapes) otherwise.
-fn write_debug_str(writer: &mut Writer<'_>, value: &str) -> fmt::Result {
+fn write_debug_str(pending: &mut String, value: &str) -> fmt::Result {
     let plain = value
         .bytes()
         .all(|b| (b' '..=b'~').contains(&b) && b != b'"' && b != b'\\');
     if plain {
-        writer.write_char('"')?;
-        writer.write_str(value)?;
-        writer.write_char('"')
+        pending.push('"');
+        pending.push_str(value);
+        pending.push('"');
+        Ok(())
     } else {
-        write!(writer, "{value:?}")
+        write!(pending, "{value:?}")
     }
 }
 
+/// An integer's `Debug` form, its decimal digits, without the formatting machinery.
+fn push_decimal(pending: &mut String, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    pending.extend(digits[start..].iter().map(|&digit| char::from(digit)));
+}
+
 impl VisitOutput<fmt::Result> for TextVisitor<'_> {
-    fn finish(self) -> fmt::Result {
+    fn finish(mut self) -> fmt::Result {
+        self.write_pending();
         self.result
     }
 }
 
 impl VisitFmt for TextVisitor<'_> {
+    /// The writer, with what is gathered written to it first, so that it stays in order.
     fn writer(&mut self) -> &mut dyn fmt::Write {
+        self.write_pending();
         &mut self.writer
+    }
+}
+
+impl Drop for TextVisitor<'_> {
+    /// Gives the gathering room back for the thread's next line (unless the thread is ending).
+    fn drop(&mut self) {
+        let pending = std::mem::take(&mut self.pending);
+        let _ = PENDING.try_with(|room| room.set(pending));
     }
 }
 
@@ -427,6 +495,9 @@ mod tests {
             r#type = "raw name",
             flag = true,
             signed = -3_i64,
+            smallest = i64::MIN,
+            largest = u64::MAX,
+            zero = 0_u64,
             float = 1.5_f64,
             listed = ?vec!["a", "b"],
             log.target = "skipped",
@@ -436,6 +507,12 @@ mod tests {
         let failure = Failure(Some(Box::new(Failure(None))));
         tracing::error!(error = &failure as &dyn std::error::Error, "failed");
         tracing::error!(error = %failure, "failed, displayed");
+        tracing::error!(
+            before = "gathered",
+            error = &failure as &dyn std::error::Error,
+            after = 2,
+            "an error between plain fields"
+        );
         let span = tracing::info_span!("outer", id = "a b", n = 3);
         let _entered = span.enter();
         tracing::info!(inner = "yes", "in a span");
@@ -488,7 +565,7 @@ mod tests {
         for ansi in [false, true] {
             let expected = lines(false, ansi);
             assert_eq!(lines(true, ansi), expected);
-            assert_eq!(expected.lines().count(), 12, "{expected}");
+            assert_eq!(expected.lines().count(), 13, "{expected}");
         }
         let plain = lines(true, false);
         assert!(
