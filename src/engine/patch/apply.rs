@@ -152,11 +152,11 @@ fn quickly(
     Some(())
 }
 
-/// Whether `operation`'s path goes through `at` to something inside it.
+/// Whether `operation`'s path goes through `at` to something inside it (`starts_with` compares
+/// whole tokens: `/spec/xy` is not inside `/spec/x`).
 fn reaches_into(operation: &PatchOperation, at: &Pointer) -> bool {
-    let path = operation.path().as_str();
-    path.strip_prefix(at.as_str())
-        .is_some_and(|rest| rest.starts_with('/'))
+    let path = operation.path();
+    path != at && path.starts_with(at)
 }
 
 /// The value at `pointer`, as serde_json's `pointer_mut` finds it.
