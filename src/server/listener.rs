@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use super::answers_together::AnswersTogether;
 use super::tls;
 use super::workers::Workers;
 use crate::metrics::Metrics;
@@ -172,7 +173,7 @@ impl Connection {
         // ALPN decides the protocol, so nothing waits for a client's first bytes without a
         // timeout: HTTP/1.1's header read timeout runs from the handshake on.
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
-        let io = TokioIo::new(tls);
+        let io = TokioIo::new(AnswersTogether::new(tls));
         let ended = if h2 {
             // hyper has no header timeout for HTTP/2: a client that sends no complete
             // request within it is dropped here. Later idle periods are the API

@@ -7,6 +7,7 @@
 //! The serving certificate and the config file are polled and reloaded when they change;
 //! a bad new version keeps the old one serving.
 
+mod answers_together;
 pub mod handlers;
 mod listener;
 pub mod paths;
