@@ -11,8 +11,9 @@
 //! The stream does this by yielding once: the first write after a read returns
 //! `Pending` and wakes its own task, which tokio's single-threaded runtime puts behind the
 //! tasks already queued (the other connections the same poll of the event loop woke). With
-//! one connection the yield costs one more poll of the connection, well under a microsecond.
-//! Measured in BENCHMARKS.md (issue 17, twenty-first pass).
+//! one connection the yield costs one more poll of the connection. The price is the tail: an answer waits for its whole batch, and under a saturating load
+//! the p99 grew while the rate rose by a fifth to a third (BENCHMARKS.md, issue 17,
+//! twenty-first pass).
 
 use std::io;
 use std::pin::Pin;
