@@ -11,9 +11,9 @@
 //! The stream does this by yielding once: the first write after a read returns
 //! `Pending` and wakes its own task, which tokio's single-threaded runtime puts behind the
 //! tasks already queued (the other connections the same poll of the event loop woke). With
-//! one connection the yield costs one more poll of the connection. The price is the tail: an answer waits for its whole batch, and under a saturating load
-//! the p99 grew while the rate rose by a fifth to a third (BENCHMARKS.md, issue 17,
-//! twenty-first pass).
+//! one connection the yield costs one more poll of the connection. The price is the tail:
+//! an answer waits for its whole batch, and under a saturating load the p99 grew while the
+//! rate rose by a fifth to a third (BENCHMARKS.md, issue 17, twenty-first pass).
 
 use std::io;
 use std::pin::Pin;
@@ -194,22 +194,20 @@ mod tests {
     }
 
     async fn answer_once(noted: Noted, wrap: bool) {
-        let mut request = [0u8; 7];
         if wrap {
-            let mut stream = AnswersTogether::new(noted);
-            stream.read_exact(&mut request).await.expect("a request");
-            stream
-                .write_all(b"answer")
-                .await
-                .expect("the answer is written");
+            read_and_answer(AnswersTogether::new(noted)).await;
         } else {
-            let mut stream = noted;
-            stream.read_exact(&mut request).await.expect("a request");
-            stream
-                .write_all(b"answer")
-                .await
-                .expect("the answer is written");
+            read_and_answer(noted).await;
         }
+    }
+
+    async fn read_and_answer(mut stream: impl AsyncRead + AsyncWrite + Unpin) {
+        let mut request = [0u8; 7];
+        stream.read_exact(&mut request).await.expect("a request");
+        stream
+            .write_all(b"answer")
+            .await
+            .expect("the answer is written");
     }
 
     #[test]
