@@ -27,15 +27,23 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// end of each request is faulted back in by the next (on one CPU, two `madvise` calls and two
 /// page faults per repair, a quarter more CPU; over HTTP/2, a third less throughput on one
 /// connection; BENCHMARKS.md), and what listing the cluster took it gives back right after
-/// each list ([`give_back_freed_memory`]). Every other command gives freed memory back at
-/// once, as glibc does: mimalloc's default keeps it a second, and `audit --cluster` would hold
-/// a page of pods more; the guard's footprint was measured so.
+/// each list ([`give_back_freed_memory`]). `audit` keeps it a little longer, for the same
+/// reason at the scale of a list page: see [`AUDIT_PURGE_DELAY_MS`]. Every other command
+/// gives freed memory back at once, as glibc does; the guard's footprint was measured so.
 fn purge_delay_ms(command: &Command) -> std::ffi::c_long {
     match command {
         Command::Serve(_) => SERVE_PURGE_DELAY_MS,
+        Command::Audit(_) => AUDIT_PURGE_DELAY_MS,
         _ => 0,
     }
 }
+
+/// `audit`'s purge delay: long enough that the pages one list page of pods was parsed into
+/// are still there when the next page is parsed. Given back at once, they were faulted back
+/// in page after page, and `audit --cluster` took 1.3–1.8× the CPU over 100,000 pods (10 ms
+/// was too short to help; mimalloc's default second held over 64 MiB). BENCHMARKS.md, issue
+/// 17, twenty-second pass.
+const AUDIT_PURGE_DELAY_MS: std::ffi::c_long = 50;
 
 /// `serve`'s purge delay: long enough that a page freed at the end of one review is still
 /// there for the next (on one CPU, 1 ms left 4 % of the faults, 10 ms under 0.5 %).
@@ -217,10 +225,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn serve_keeps_freed_pages_a_few_milliseconds_and_every_other_command_none() {
+    fn serve_and_audit_keep_freed_pages_some_milliseconds_and_every_other_command_none() {
         let delay = |args: &[&str]| purge_delay_ms(&Cli::parse_from(args).command);
         assert_eq!(delay(&["podmend", "serve"]), SERVE_PURGE_DELAY_MS);
-        assert_eq!(delay(&["podmend", "audit", "pod.yaml"]), 0);
+        assert_eq!(
+            delay(&["podmend", "audit", "pod.yaml"]),
+            AUDIT_PURGE_DELAY_MS
+        );
+        assert_eq!(
+            delay(&["podmend", "audit", "--cluster"]),
+            AUDIT_PURGE_DELAY_MS
+        );
+        assert_eq!(
+            delay(&["podmend", "certs", "--dns", "podmend.svc", "--out", "pki"]),
+            0
+        );
         assert_eq!(
             delay(&[
                 "podmend",
