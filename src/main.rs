@@ -40,9 +40,9 @@ fn purge_delay_ms(command: &Command) -> std::ffi::c_long {
 
 /// `audit`'s purge delay: long enough that the pages one list page of pods was parsed into
 /// are still there when the next page is parsed. Given back at once, they were faulted back
-/// in page after page, and `audit --cluster` took 1.3–1.8× the CPU over 100,000 pods (10 ms
-/// was too short to help; mimalloc's default second held over 64 MiB). BENCHMARKS.md, issue
-/// 17, twenty-second pass.
+/// in page after page, and `audit --cluster` took 1.35–1.6× the CPU over 100,000 pods (10 ms
+/// was too short to help; from 300 ms the peak went over the 64 MiB target). BENCHMARKS.md,
+/// issue 17, twenty-second pass.
 const AUDIT_PURGE_DELAY_MS: std::ffi::c_long = 50;
 
 /// `serve`'s purge delay: long enough that a page freed at the end of one review is still
