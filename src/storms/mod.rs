@@ -36,7 +36,7 @@ use crate::audit::cluster::lister::Lister;
 use crate::audit::cluster::symptoms::{
     controller_of, describe, failed_pod_group, is_admission_rejection,
 };
-use crate::audit::cluster::{text, thousands, to_json};
+use crate::audit::cluster::{text, thousands};
 use ratelimit::TokenBucket;
 
 /// The Event reason on a storm's owner.
@@ -272,12 +272,11 @@ pub async fn plan(client: &Client, options: &CleanOptions) -> Result<CleanupPlan
         needs: NEEDS,
     };
     let resource = ApiResource::erase::<Pod>(&());
-    let api = lister.dynamic_api(client, &resource);
     let mut pods = Vec::new();
     let params = ListParams::default().fields("status.phase=Failed");
     let (_, requests) = lister
-        .list_with(api, "Failed pods", params, |object: DynamicObject| {
-            pods.push(to_json(object, &resource));
+        .list_json(client, &resource, "Failed pods", params, |pod| {
+            pods.push(pod)
         })
         .await?;
     if options.progress {

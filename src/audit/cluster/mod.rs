@@ -13,8 +13,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet}
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Pod, PodTemplate, ReplicationController};
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject};
-use serde_json::{Map, Value, json};
+use kube::api::{Api, ApiResource, ListParams};
+use serde_json::Value;
 
 pub use client::{ClusterAuditError, client_for};
 use lister::Lister;
@@ -136,11 +136,10 @@ impl ClusterAudit<'_> {
     ) -> Result<HashMap<OwnerKey, OwnerInfo>, ClusterAuditError> {
         let mut owners: HashMap<OwnerKey, OwnerInfo> = HashMap::new();
         for resource in TEMPLATE_KINDS.iter().map(|make| make()) {
-            let api = self.lister.dynamic_api(self.client, &resource);
             let plural = resource.plural.clone();
+            let params = ListParams::default();
             self.lister
-                .list(api, &plural, |object: DynamicObject| {
-                    let object = to_json(object, &resource);
+                .list_json(self.client, &resource, &plural, params, |object| {
                     let (key, info) = owner_info(&object, &resource);
                     owners.insert(key, info);
                     report.add_object(self.engine, &self.cluster, &object, cluster_source());
@@ -154,11 +153,10 @@ impl ClusterAudit<'_> {
     /// the symptoms of all of them.
     async fn review_pods(&self, report: &mut Report) -> Result<PodSymptoms, ClusterAuditError> {
         let pods = ApiResource::erase::<Pod>(&());
-        let api = self.lister.dynamic_api(self.client, &pods);
         let mut symptoms = PodSymptoms::default();
+        let params = ListParams::default();
         self.lister
-            .list(api, "pods", |object: DynamicObject| {
-                let mut pod = to_json(object, &pods);
+            .list_json(self.client, &pods, "pods", params, |mut pod| {
                 let phase = pod
                     .pointer("/status/phase")
                     .and_then(Value::as_str)
@@ -189,27 +187,6 @@ fn cluster_source() -> Source {
         helm_source: None,
         list_item: None,
     }
-}
-
-/// A listed object as the JSON the API server would show for it alone: list items come
-/// without `apiVersion` and `kind`. `managedFields` are dropped (rules never read them).
-pub(crate) fn to_json(mut object: DynamicObject, resource: &ApiResource) -> Value {
-    object.metadata.managed_fields = None;
-    let mut map = Map::new();
-    map.insert("apiVersion".into(), resource.api_version.clone().into());
-    map.insert("kind".into(), resource.kind.clone().into());
-    map.insert(
-        "metadata".into(),
-        serde_json::to_value(&object.metadata).unwrap_or_else(|_| json!({})),
-    );
-    if let Value::Object(data) = object.data {
-        for (key, value) in data {
-            if !matches!(key.as_str(), "apiVersion" | "kind" | "metadata") {
-                map.insert(key, value);
-            }
-        }
-    }
-    Value::Object(map)
 }
 
 pub(crate) fn text<'a>(value: &'a Value, pointer: &str) -> &'a str {
