@@ -3,10 +3,16 @@
 //!
 //! It walks two serializations of the same typed spec, which list their fields in the same
 //! order: maps are compared in step while their keys agree, without hashing, and the path is
-//! a stack of borrowed segments turned into a JSON Pointer only for an operation.
+//! a stack of borrowed segments turned into a JSON Pointer only for an operation. A
+//! container's `resources`, the field `agent-requests` changes, is walked typed, as its
+//! serialization would be, without building it.
+
+use std::collections::BTreeMap;
 
 use json_patch::PatchOperation;
 use json_patch::jsonptr::PointerBuf;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
 
 /// `json_patch::diff`, except that a list whose items all have unique names (containers,
@@ -52,19 +58,34 @@ pub(super) fn keys(changed: Vec<Change<'_>>) -> json_patch::Patch {
     json_patch::Patch(walk.ops)
 }
 
+/// A key of a list's item that differs, for [`item_keys`].
+pub(super) enum ItemKey<'a> {
+    /// Its serialization on both sides (`None`: absent).
+    Values(&'a str, Option<&'a Value>, Option<&'a Value>),
+    /// A container's `resources`, on both sides with the same `claims`: walked typed.
+    Resources(&'a ResourceRequirements, &'a ResourceRequirements),
+}
+
 /// [`keys`] of the map that is item `index` of the list at key `list`, given its keys that
 /// differ: what [`diff`] gives for that item when the list kept its items in place.
 pub(super) fn item_keys<'a>(
     (list, index): (&'a str, usize),
-    changed: &[(&'a str, Option<&'a Value>, Option<&'a Value>)],
+    changed: &[ItemKey<'a>],
 ) -> Vec<PatchOperation> {
     let mut walk = Walk {
         at: vec![Segment::Key(list), Segment::Index(index)],
         ops: Vec::new(),
     };
     let mut removed = Vec::new();
-    for &(key, before, after) in changed {
-        walk.key(key, before, after, &mut removed);
+    for change in changed {
+        match *change {
+            ItemKey::Values(key, before, after) => walk.key(key, before, after, &mut removed),
+            ItemKey::Resources(before, after) => {
+                walk.at(Segment::Key("resources"), |walk| {
+                    walk.resources(before, after)
+                });
+            }
+        }
     }
     for key in removed {
         walk.at(Segment::Key(key), Walk::remove);
@@ -200,6 +221,86 @@ impl<'a> Walk<'a> {
         for _ in shared..before.len() {
             self.at(Segment::Index(shared), Self::remove);
         }
+    }
+
+    /// Two `resources` with the same `claims` (the caller compares them), as [`Self::maps`]
+    /// walks their serializations: `claims`, `limits`, `requests`, each when set.
+    fn resources(&mut self, before: &'a ResourceRequirements, after: &'a ResourceRequirements) {
+        debug_assert!(before.claims == after.claims, "claims are diffed as JSON");
+        let maps = |r: &'a ResourceRequirements| {
+            [
+                ("limits", r.limits.as_ref()),
+                ("requests", r.requests.as_ref()),
+            ]
+        };
+        let (before_maps, after_maps) = (maps(before), maps(after));
+        // `claims` is the same on both sides: in step whenever the maps are set alike.
+        let in_step = before_maps
+            .iter()
+            .zip(&after_maps)
+            .all(|((_, b), (_, a))| b.is_some() == a.is_some());
+        for ((key, before_map), (_, after_map)) in before_maps.into_iter().zip(after_maps) {
+            match (before_map, after_map) {
+                (Some(b), Some(a)) => self.at(Segment::Key(key), |walk| walk.quantities(b, a)),
+                (None, Some(a)) => self.at(Segment::Key(key), |walk| walk.add_quantities(a)),
+                _ => {}
+            }
+        }
+        // Out of step, a map only `before` has is removed after the others, as `maps` does.
+        if !in_step {
+            for ((key, b), (_, a)) in maps(before).into_iter().zip(maps(after)) {
+                if b.is_some() && a.is_none() {
+                    self.at(Segment::Key(key), Self::remove);
+                }
+            }
+        }
+    }
+
+    /// Two maps of quantities, as [`Self::maps`] walks their serializations (objects of
+    /// strings, keys in order).
+    fn quantities(
+        &mut self,
+        before: &'a BTreeMap<String, Quantity>,
+        after: &'a BTreeMap<String, Quantity>,
+    ) {
+        // In step or not, each key of `after` in order is diffed or added, then the keys only
+        // `before` has are removed.
+        for (key, after_value) in after {
+            self.at(Segment::Key(key), |walk| match before.get(key) {
+                Some(b) if b == after_value => {}
+                Some(_) => walk.replace(Value::String(after_value.0.clone())),
+                None => walk.push_add(Value::String(after_value.0.clone())),
+            });
+        }
+        for key in before.keys().filter(|key| !after.contains_key(*key)) {
+            self.at(Segment::Key(key), Self::remove);
+        }
+    }
+
+    /// A map of quantities added whole.
+    fn add_quantities(&mut self, quantities: &BTreeMap<String, Quantity>) {
+        let map = quantities
+            .iter()
+            .map(|(key, value)| (key.clone(), Value::String(value.0.clone())))
+            .collect();
+        self.push_add(Value::Object(map));
+    }
+
+    fn replace(&mut self, value: Value) {
+        let path = self.path();
+        self.ops
+            .push(PatchOperation::Replace(json_patch::ReplaceOperation {
+                path,
+                value,
+            }));
+    }
+
+    fn push_add(&mut self, value: Value) {
+        let path = self.path();
+        self.ops.push(PatchOperation::Add(json_patch::AddOperation {
+            path,
+            value,
+        }));
     }
 
     fn add(&mut self, value: &Value) {

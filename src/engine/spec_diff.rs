@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::diff::{self, Change};
+use super::diff::{self, Change, ItemKey};
 use super::patch::to_json;
 
 /// The JSON of each field the rules changed in one spec, as the spec had it first (before
@@ -218,16 +218,31 @@ fn in_place(before: &PodSpec, after: &PodSpec, name: &'static str) -> Option<Vec
         if before == after {
             continue;
         }
-        let reads: Vec<_> = changed_container_fields(before, after)
-            .into_iter()
-            .map(|field| {
+        let fields = changed_container_fields(before, after);
+        // `resources` set on both sides with the same claims (what `agent-requests` leaves)
+        // is walked typed; every other field is serialized.
+        let typed = |field: &str| {
+            field == "resources"
+                && matches!((&before.resources, &after.resources),
+                    (Some(b), Some(a)) if b.claims == a.claims)
+        };
+        let reads: Vec<_> = fields
+            .iter()
+            .map(|&field| {
                 let json = |c| container_field_json(c, field);
-                (field, json(before), json(after))
+                (field, (!typed(field)).then(|| (json(before), json(after))))
             })
             .collect();
         let changed: Vec<_> = reads
             .iter()
-            .map(|(field, before, after)| (*field, before.as_ref(), after.as_ref()))
+            .map(
+                |(field, read)| match (read, &before.resources, &after.resources) {
+                    (Some((b, a)), ..) => ItemKey::Values(field, b.as_ref(), a.as_ref()),
+                    (None, Some(b), Some(a)) => ItemKey::Resources(b, a),
+                    // Only `resources`, set on both sides, is read typed.
+                    (None, ..) => ItemKey::Values(field, None, None),
+                },
+            )
             .collect();
         ops.extend(diff::item_keys((name, index), &changed));
     }
@@ -491,6 +506,68 @@ mod tests {
         assert_eq!(since(&before, &after, &Seen::default()), patch);
     }
 
+    #[test]
+    fn a_containers_resources_walked_typed_diff_as_their_serializations_do() {
+        let resources = |value: Value| {
+            spec(json!({"containers": [{"name": "a", "image": "x", "resources": value}]}))
+        };
+        let claims = json!([{"name": "gpu"}]);
+        let cases = [
+            // A quantity changed, added, removed; in step and out of step.
+            (
+                json!({"requests": {"cpu": "1", "memory": "1Gi"}}),
+                json!({"requests": {"cpu": "0", "memory": "1Gi"}}),
+            ),
+            (
+                json!({"requests": {"cpu": "1"}}),
+                json!({"requests": {"cpu": "1", "memory": "0"}}),
+            ),
+            (
+                json!({"requests": {"cpu": "1", "memory": "1Gi"}}),
+                json!({"requests": {"memory": "0"}}),
+            ),
+            (
+                json!({"requests": {"b": "1", "c": "2"}}),
+                json!({"requests": {"a": "0", "c": "3"}}),
+            ),
+            // A map added, removed, both; maps emptied.
+            (
+                json!({"limits": {"cpu": "1"}}),
+                json!({"limits": {"cpu": "1"}, "requests": {"cpu": "0"}}),
+            ),
+            (
+                json!({"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}),
+                json!({"limits": {"cpu": "2"}}),
+            ),
+            (
+                json!({"requests": {"cpu": "1"}}),
+                json!({"limits": {"cpu": "1"}}),
+            ),
+            (
+                json!({"limits": {"cpu": "1"}, "requests": {"cpu": "1"}}),
+                json!({"limits": {}, "requests": {}}),
+            ),
+            // The same claims on both sides; other claims are serialized.
+            (
+                json!({"claims": claims, "requests": {"cpu": "1"}}),
+                json!({"claims": claims, "limits": {"cpu": "1"}}),
+            ),
+            (
+                json!({"claims": claims}),
+                json!({"claims": [], "requests": {"cpu": "0"}}),
+            ),
+        ];
+        for (before, after) in cases {
+            let (before_spec, after_spec) = (resources(before.clone()), resources(after.clone()));
+            let patch = step(&before_spec, &after_spec, &mut Seen::default());
+            assert_eq!(
+                patch,
+                whole_diff(&before_spec, &after_spec),
+                "{before} -> {after}"
+            );
+            assert!(!patch.0.is_empty(), "{before} -> {after}");
+        }
+    }
     #[test]
     fn containers_with_the_same_name_twice_are_diffed_in_place_as_the_whole_diff_pairs_them() {
         let before = spec(json!({"containers": [{"name": "a"}, {"name": "a"}]}));
