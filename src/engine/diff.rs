@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use json_patch::PatchOperation;
-use json_patch::jsonptr::PointerBuf;
+use json_patch::jsonptr::{PointerBuf, Token};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::Value;
@@ -317,16 +317,71 @@ impl<'a> Walk<'a> {
             .push(PatchOperation::Remove(json_patch::RemoveOperation { path }));
     }
 
-    /// Where the walk is, as a JSON Pointer.
+    /// Where the walk is, as a JSON Pointer: the segments escaped into one string sized once
+    /// (`PointerBuf::push_back` grew the string and made a token per segment, a tenth of a
+    /// repair's diff).
     fn path(&self) -> PointerBuf {
-        let mut path = PointerBuf::new();
+        let size = self.at.iter().map(Segment::size).sum();
+        let mut text = String::with_capacity(size);
         for segment in &self.at {
-            match segment {
-                Segment::Key(key) => path.push_back(*key),
-                Segment::Index(index) => path.push_back(*index),
+            text.push('/');
+            match *segment {
+                Segment::Key(key) => push_escaped(&mut text, key),
+                Segment::Index(index) => push_index(&mut text, index),
             }
         }
+        let tokens = || {
+            PointerBuf::from_tokens(self.at.iter().map(|segment| match *segment {
+                Segment::Key(key) => Token::new(key),
+                Segment::Index(index) => Token::from(index),
+            }))
+        };
+        // Escaped as RFC 6901 asks, so it parses; made token by token should it not.
+        let path = PointerBuf::parse(text).unwrap_or_else(|_| tokens());
+        debug_assert_eq!(path, tokens(), "a path escaped otherwise than jsonptr does");
         path
+    }
+}
+
+impl Segment<'_> {
+    /// About the bytes it takes in a pointer.
+    fn size(&self) -> usize {
+        match self {
+            Segment::Key(key) => key.len() + 1,
+            Segment::Index(_) => 4,
+        }
+    }
+}
+
+/// `key` as a pointer's token: `~` as `~0`, `/` as `~1`.
+fn push_escaped(text: &mut String, key: &str) {
+    if !key.contains(['~', '/']) {
+        text.push_str(key);
+        return;
+    }
+    for c in key.chars() {
+        match c {
+            '~' => text.push_str("~0"),
+            '/' => text.push_str("~1"),
+            c => text.push(c),
+        }
+    }
+}
+
+/// `index` in decimal digits, without the formatting machinery.
+fn push_index(text: &mut String, mut index: usize) {
+    let mut digits = [0u8; 20];
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (index % 10) as u8;
+        count += 1;
+        index /= 10;
+        if index == 0 {
+            break;
+        }
+    }
+    for &digit in digits[..count].iter().rev() {
+        text.push(char::from(digit));
     }
 }
 
@@ -436,5 +491,24 @@ mod tests {
             ops(json!({}), json!({"a/b~c": 1})),
             json!([{"op": "add", "path": "/a~1b~0c", "value": 1}])
         );
+    }
+
+    #[test]
+    fn indexes_are_written_in_decimal_in_paths() {
+        let before: Vec<usize> = (0..=120).collect();
+        let mut after = before.clone();
+        for index in [0, 9, 10, 99, 100, 120] {
+            after[index] += 1000;
+        }
+        let paths: Vec<String> = diff(&json!({"~/": before}), &json!({"~/": after}))
+            .0
+            .iter()
+            .map(|op| op.path().to_string())
+            .collect();
+        let expected = ["0", "9", "10", "99", "100", "120"].map(|i| format!("/~0~1/{i}"));
+        assert_eq!(paths, expected);
+        let mut path = String::new();
+        push_index(&mut path, usize::MAX);
+        assert_eq!(path, usize::MAX.to_string());
     }
 }
