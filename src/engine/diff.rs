@@ -123,14 +123,7 @@ impl<'a> Walk<'a> {
                 }
             }
             _ if before == after => {}
-            _ => {
-                let path = self.path();
-                self.ops
-                    .push(PatchOperation::Replace(json_patch::ReplaceOperation {
-                        path,
-                        value: after.clone(),
-                    }));
-            }
+            _ => self.replace(after.clone()),
         }
     }
 
@@ -233,25 +226,18 @@ impl<'a> Walk<'a> {
                 ("requests", r.requests.as_ref()),
             ]
         };
-        let (before_maps, after_maps) = (maps(before), maps(after));
-        // `claims` is the same on both sides: in step whenever the maps are set alike.
-        let in_step = before_maps
-            .iter()
-            .zip(&after_maps)
-            .all(|((_, b), (_, a))| b.is_some() == a.is_some());
-        for ((key, before_map), (_, after_map)) in before_maps.into_iter().zip(after_maps) {
+        let pairs = maps(before).into_iter().zip(maps(after));
+        for ((key, before_map), (_, after_map)) in pairs.clone() {
             match (before_map, after_map) {
                 (Some(b), Some(a)) => self.at(Segment::Key(key), |walk| walk.quantities(b, a)),
                 (None, Some(a)) => self.at(Segment::Key(key), |walk| walk.add_quantities(a)),
                 _ => {}
             }
         }
-        // Out of step, a map only `before` has is removed after the others, as `maps` does.
-        if !in_step {
-            for ((key, b), (_, a)) in maps(before).into_iter().zip(maps(after)) {
-                if b.is_some() && a.is_none() {
-                    self.at(Segment::Key(key), Self::remove);
-                }
+        // A map only `before` has is removed after the others, as `maps` removes keys.
+        for ((key, before_map), (_, after_map)) in pairs {
+            if before_map.is_some() && after_map.is_none() {
+                self.at(Segment::Key(key), Self::remove);
             }
         }
     }
@@ -304,11 +290,7 @@ impl<'a> Walk<'a> {
     }
 
     fn add(&mut self, value: &Value) {
-        let path = self.path();
-        self.ops.push(PatchOperation::Add(json_patch::AddOperation {
-            path,
-            value: value.clone(),
-        }));
+        self.push_add(value.clone());
     }
 
     fn remove(&mut self) {
