@@ -179,13 +179,20 @@ impl WholeObjects for Request<'_> {
     /// declines.
     fn read_object(&self, keep: document::Union) -> Result<Option<Value>, serde_json::Error> {
         // `decode` read the body whole: its JSON is known good, and where the scanner read it,
-        // the object is read from where it starts.
-        let scanned = match self.object_at {
-            Some(at) => Scanner::starting_at(self.body, at).read_at(&[], keep),
-            None => {
-                let mut scan = Scanner::new(self.body);
-                scan.read_at(OBJECT_PATH, keep)
-                    .and_then(|object| scan.end().map(|()| object))
+        // the object is built from its sketch when that holds what `keep` reads, else read
+        // from where it starts.
+        let reread = match (self.object_at, &self.inner.object_sketch) {
+            (Some(_), Some(sketch)) => scan::reread(sketch, keep),
+            _ => None,
+        };
+        let scanned = match (reread, self.object_at) {
+            (Some(object), _) => Some(Some(object).filter(|object| !object.is_null())),
+            (None, Some(at)) => Scanner::starting_at(self.body, at).read_at(&[], keep),
+            (None, None) => {
+                let mut scanner = Scanner::new(self.body);
+                scanner
+                    .read_at(OBJECT_PATH, keep)
+                    .and_then(|object| scanner.end().map(|()| object))
             }
         };
         match scanned {

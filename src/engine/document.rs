@@ -11,7 +11,9 @@
 //! - [`read_at`] with a [`Union`] of shapes: scope's fields and what the rules that may act
 //!   read of the pod spec ([`crate::rules::Rule::reads`]), when each names its parts: a pinned
 //!   agent pod is repaired without its env, probes, volumes or mounts ever being built. The
-//!   webhook reads it with [`scan`] too, and with serde_json what the scanner declines.
+//!   webhook builds those parts from the sketch, which keeps what the rules read beyond
+//!   `may_apply` as JSON text ([`Shape::Deferred`], [`scan::reread`]); a part it lacks is read
+//!   from the body with [`scan`], and with serde_json what the scanner declines.
 //!   [`project`] takes the same parts of an object already parsed (`audit`'s).
 //! - [`parse`]: the whole object, without `metadata.managedFields` (the API server's record of
 //!   field owners: often the largest part of an object, never read by a rule).
@@ -111,6 +113,11 @@ pub enum Shape {
     /// which no path of podmend builds. serde_json passes over it without recursing, so its
     /// nesting cannot overflow the stack; counting it refused what the whole parse accepts.
     Dropped,
+    /// The whole value, left unbuilt by the scanner's sketch: it keeps the value's JSON text
+    /// ([`Sketch::Raw`]), so that a second read builds it from there without passing over the
+    /// rest of the body again. What the rules that may act read beyond what `may_apply` reads
+    /// (a container's resources, the pod's affinity). serde_json's sketch builds it whole.
+    Deferred,
 }
 
 impl Shape {
@@ -122,7 +129,7 @@ impl Shape {
                 .find(|(name, _)| *name == key)
                 .map(|(_, shape)| *shape),
             Shape::Entries(keep) => keep(key).then_some(&ALL),
-            Shape::All | Shape::Items(_) => Some(&ALL),
+            Shape::All | Shape::Items(_) | Shape::Deferred => Some(&ALL),
             Shape::Dropped => None,
         }
     }
@@ -130,16 +137,20 @@ impl Shape {
 
 static ALL: Shape = Shape::All;
 static DROPPED: Shape = Shape::Dropped;
+static DEFERRED: Shape = Shape::Deferred;
 
 /// The field of an object's metadata both reads leave out unbuilt.
 const MANAGED_FIELDS: &str = "managedFields";
 
-/// What a container shows before a rule decides to look closer.
+/// What a container shows before a rule decides to look closer, and what `agent-requests`
+/// reads once it does (deferred).
 static CONTAINER: Shape = Shape::Fields(&[
     ("name", &ALL),
     ("image", &ALL),
     ("command", &ALL),
     ("args", &ALL),
+    ("resources", &DEFERRED),
+    ("restartPolicy", &DEFERRED),
 ]);
 static CONTAINERS: Shape = Shape::Items(&CONTAINER);
 static HOST_PATH: Shape = Shape::Fields(&[("path", &ALL)]);
@@ -147,12 +158,17 @@ static HOST_PATH: Shape = Shape::Fields(&[("path", &ALL)]);
 static VOLUME: Shape = Shape::Fields(&[("hostPath", &HOST_PATH)]);
 static VOLUMES: Shape = Shape::Items(&VOLUME);
 
-/// A pod spec's fields the rules' `may_apply` read.
+/// A pod spec's fields the rules' `may_apply` read, and (deferred) those the rules that name
+/// their reads read beyond them (`node-affinity`, `agent-requests`): a repair of a created
+/// pod then never reads the body again. `holds_every_named_read` keeps the two lists in step.
 static POD_SPEC: Shape = Shape::Fields(&[
     ("nodeName", &ALL),
     ("containers", &CONTAINERS),
     ("initContainers", &CONTAINERS),
     ("volumes", &VOLUMES),
+    ("affinity", &DEFERRED),
+    ("tolerations", &DEFERRED),
+    ("resources", &DEFERRED),
 ]);
 
 /// The annotations scope and `may_apply` read: podmend's own, and the mirror pod's. The others
@@ -178,6 +194,9 @@ static SPEC: Shape = Shape::Fields(&[
     ("containers", &CONTAINERS),
     ("initContainers", &CONTAINERS),
     ("volumes", &VOLUMES),
+    ("affinity", &DEFERRED),
+    ("tolerations", &DEFERRED),
+    ("resources", &DEFERRED),
     ("template", &TEMPLATE),
     ("jobTemplate", &JOB_TEMPLATE),
 ]);
@@ -212,6 +231,8 @@ trait Keep: Copy {
     fn is_all(self) -> bool;
     /// Passed over unbuilt and uncounted ([`Shape::Dropped`]).
     fn is_dropped(self) -> bool;
+    /// Whole, but kept as its JSON text where the tree can ([`Shape::Deferred`]).
+    fn is_deferred(self) -> bool;
     /// What to keep of an object's field `key`; `None` when it is skipped.
     fn field(self, key: &str) -> Option<Self>;
     /// What to keep of each item of a list; `None` when no list is expected here (it is then
@@ -230,11 +251,15 @@ trait Keep: Copy {
 }
 
 impl Keep for &'static Shape {
+    /// Deferred too: a tree that cannot keep JSON text (serde_json's) builds it whole.
     fn is_all(self) -> bool {
-        matches!(self, Shape::All)
+        matches!(self, Shape::All | Shape::Deferred)
     }
     fn is_dropped(self) -> bool {
         matches!(self, Shape::Dropped)
+    }
+    fn is_deferred(self) -> bool {
+        matches!(self, Shape::Deferred)
     }
     fn field(self, key: &str) -> Option<Self> {
         Shape::field(self, key)
@@ -246,7 +271,7 @@ impl Keep for &'static Shape {
         }
     }
     fn keeps_object_whole(self) -> bool {
-        matches!(self, Shape::Items(_) | Shape::All)
+        matches!(self, Shape::Items(_) | Shape::All | Shape::Deferred)
     }
     fn counts_skipped(self) -> bool {
         true
@@ -254,7 +279,9 @@ impl Keep for &'static Shape {
     fn fields_at_most(self) -> usize {
         match self {
             Shape::Fields(fields) => fields.len(),
-            Shape::All | Shape::Items(_) | Shape::Entries(_) | Shape::Dropped => 0,
+            Shape::All | Shape::Items(_) | Shape::Entries(_) | Shape::Dropped | Shape::Deferred => {
+                0
+            }
         }
     }
 }
@@ -360,6 +387,10 @@ impl Keep for Union {
         self.parts()
             .iter()
             .all(|part| part.here().is_some_and(Keep::is_dropped))
+    }
+    /// A union builds what it reads.
+    fn is_deferred(self) -> bool {
+        false
     }
     fn field(self, key: &str) -> Option<Self> {
         self.map(|part| part.field(key))

@@ -276,4 +276,54 @@ mod tests {
             .collect();
         assert!(object_reads(&all, &TARGETS[0]).is_none());
     }
+
+    /// `value` at `pointer` in `object`, with the objects on the way made.
+    fn put(object: &mut serde_json::Value, pointer: &str, value: serde_json::Value) {
+        let mut at = object;
+        for segment in pointer.split('/').skip(1) {
+            at = &mut at[segment];
+        }
+        *at = value;
+    }
+
+    #[test]
+    fn the_sketch_holds_all_the_rules_that_name_their_reads_read_on_every_target() {
+        use serde_json::json;
+
+        use crate::engine::document::scan::{self, Scanner};
+
+        let rules = crate::rules::registry(&Config::default());
+        let naming: Vec<(&dyn Rule, Mode)> = rules
+            .iter()
+            .filter(|rule| rule.reads().is_some())
+            .map(|rule| (rule.as_ref(), Mode::Enforce))
+            .collect();
+        let container = json!({"name": "c", "image": "i", "env": [{"name": "A"}],
+                               "resources": {"limits": {"cpu": "1"}}, "restartPolicy": "Always"});
+        let spec = json!({"nodeName": "n", "affinity": {"nodeAffinity": {}},
+                          "tolerations": [{"operator": "Exists"}], "resources": {"requests": {}},
+                          "containers": [container], "initContainers": [container],
+                          "volumes": [{"name": "v"}], "priority": 1});
+        let metadata = json!({"name": "x", "uid": "u", "labels": {"a": "b"},
+                              "annotations": {"podmend.io/agent": "true", "b": "c"},
+                              "ownerReferences": [{"kind": "ReplicaSet", "controller": true}]});
+        for target in TARGETS {
+            let mut object = json!({"metadata": metadata});
+            put(&mut object, target.metadata, metadata.clone());
+            put(&mut object, target.spec, spec.clone());
+            let text = object.to_string();
+            let sketch = Scanner::new(&text).sketch().flatten();
+            let keep = object_reads(&naming, target);
+            let (Some(sketch), Some(keep)) = (sketch, keep) else {
+                panic!(
+                    "{}: the object sketches and the rules' reads fit a union",
+                    target.name
+                );
+            };
+            let reread = scan::reread(&sketch, keep);
+            assert!(reread.is_some(), "{}: the body is read again", target.name);
+            let read = Scanner::new(&text).read_at(&[], keep).flatten();
+            assert_eq!(reread, read, "{}", target.name);
+        }
+    }
 }

@@ -20,6 +20,10 @@ use serde_json::{Map, Value};
 
 use super::{Keep, OBJECT, Sketch, Union};
 
+mod reread;
+
+pub use reread::reread;
+
 /// Deeper than this, the scanner declines: serde_json's own limit (128, `admission::MAX_DEPTH`)
 /// then decides, where it counts.
 const DEPTH_LIMIT: usize = 100;
@@ -241,6 +245,9 @@ impl<'a> Scanner<'a> {
     /// (`Shaped`) keeps them: a list where fields were expected, or an object where items
     /// were, is kept whole.
     fn shaped<K: Keep, T: Build<'a>>(&mut self, keep: K) -> Option<T> {
+        if keep.is_deferred() {
+            return self.deferred();
+        }
         if keep.is_all() {
             return self.whole();
         }
@@ -273,6 +280,14 @@ impl<'a> Scanner<'a> {
             },
             _ => self.whole(),
         }
+    }
+
+    /// The value that comes next, checked and passed over: its JSON text, where the tree keeps
+    /// text (a sketch); otherwise built whole.
+    fn deferred<T: Build<'a>>(&mut self) -> Option<T> {
+        let start = self.position();
+        self.skip()?;
+        T::raw(self.text.get(start..self.pos)?)
     }
 
     /// The value that comes next, whole: built directly when it holds only what the scanner
@@ -343,6 +358,8 @@ trait Build<'a>: Sized {
     fn bool(value: bool) -> Self;
     /// What serde_json reads of `text`, a value the scanner leaves to it.
     fn parsed(text: &'a str) -> Option<Self>;
+    /// A value kept unbuilt ([`super::Shape::Deferred`]), `text` its JSON.
+    fn raw(text: &'a str) -> Option<Self>;
 }
 
 impl<'a> Build<'a> for Value {
@@ -370,6 +387,10 @@ impl<'a> Build<'a> for Value {
     }
     fn parsed(text: &'a str) -> Option<Self> {
         serde_json::from_str(text).ok()
+    }
+    /// serde_json's `Value` keeps no text: built whole.
+    fn raw(text: &'a str) -> Option<Self> {
+        Self::parsed(text)
     }
 }
 
@@ -400,6 +421,9 @@ impl<'a> Build<'a> for Sketch<'a> {
     }
     fn parsed(text: &'a str) -> Option<Self> {
         serde_json::from_str::<Value>(text).ok().map(Sketch::from)
+    }
+    fn raw(text: &'a str) -> Option<Self> {
+        Some(Sketch::Raw(text))
     }
 }
 

@@ -22,6 +22,11 @@ pub enum Sketch<'a> {
     String(Cow<'a, str>),
     Array(Vec<Sketch<'a>>),
     Object(Vec<(Cow<'a, str>, Sketch<'a>)>),
+    /// A value the scanner left unbuilt ([`super::Shape::Deferred`]): its JSON text, checked
+    /// as the rest of the body. Nothing reads into it but a second read of the object
+    /// ([`super::scan::reread`]); as a [`View`] it is a value that is neither a string, a
+    /// boolean, a list nor an object.
+    Raw(&'a str),
 }
 
 impl Sketch<'_> {
@@ -40,6 +45,8 @@ impl Sketch<'_> {
                 }
                 Value::Object(map)
             }
+            // The scanner checked the text as JSON serde_json reads.
+            Sketch::Raw(text) => serde_json::from_str(text).unwrap_or(Value::Null),
         }
     }
 }
