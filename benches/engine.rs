@@ -27,11 +27,14 @@ use serde_json::{Value, json};
 
 use cases::{Case, Expect, NODE, VIRTUAL_NODE, cases, status_cases};
 
-/// The allocator `serve` runs with (`src/main.rs`), so the medians and profiles are what the
-/// server pays: with glibc's, allocation was about 45 % of a repair here, and the stages'
-/// shares were not the server's.
+/// The allocator `serve` runs with (`src/main.rs`, the same file), so the medians and profiles
+/// are what the server pays: with glibc's, allocation was about 45 % of a repair here, and the
+/// stages' shares were not the server's.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 /// The benchmark group; Criterion writes `target/criterion/<GROUP>/<case>/new/estimates.json`.
 const GROUP: &str = "admission_review";

@@ -16,11 +16,14 @@ use podmend::server::ServeOptions;
 use podmend::telemetry::LogWriter;
 use podmend::{audit, certs, server, storms, telemetry};
 
+mod allocator;
+
 /// A review allocates and frees many small objects (JSON trees, typed pod specs): with glibc's
-/// allocator that was a third of a repair's CPU (BENCHMARKS.md, issue 17). Built without
-/// transparent huge pages (`no_thp`), which would round a small heap up to 2 MiB pieces.
+/// allocator that was a third of a repair's CPU (BENCHMARKS.md, issue 17). mimalloc, built
+/// without transparent huge pages (`no_thp`), which would round a small heap up to 2 MiB
+/// pieces, and entered without its alignment checks where they cannot matter ([`allocator`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::Mimalloc = allocator::Mimalloc;
 
 /// How long mimalloc keeps freed memory before giving it back to the system, per command.
 /// `serve` keeps it a few milliseconds: given back at once, a page that a review frees at the
