@@ -253,14 +253,19 @@ mod tests {
     use crate::config::Config;
     use crate::target::TARGETS;
 
-    #[test]
-    fn every_rule_that_names_its_reads_fits_one_union_on_every_target() {
-        let rules = crate::rules::registry(&Config::default());
-        let naming: Vec<(&dyn Rule, Mode)> = rules
+    /// The rules of `rules` that name what they read, enforcing.
+    fn naming(rules: &[Box<dyn Rule>]) -> Vec<(&dyn Rule, Mode)> {
+        rules
             .iter()
             .filter(|rule| rule.reads().is_some())
             .map(|rule| (rule.as_ref(), Mode::Enforce))
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn every_rule_that_names_its_reads_fits_one_union_on_every_target() {
+        let rules = crate::rules::registry(&Config::default());
+        let naming = naming(&rules);
         assert!(
             naming.len() >= 2,
             "node-affinity and agent-requests name their reads"
@@ -293,11 +298,7 @@ mod tests {
         use crate::engine::document::scan::{self, Scanner};
 
         let rules = crate::rules::registry(&Config::default());
-        let naming: Vec<(&dyn Rule, Mode)> = rules
-            .iter()
-            .filter(|rule| rule.reads().is_some())
-            .map(|rule| (rule.as_ref(), Mode::Enforce))
-            .collect();
+        let naming = naming(&rules);
         let container = json!({"name": "c", "image": "i", "env": [{"name": "A"}],
                                "resources": {"limits": {"cpu": "1"}}, "restartPolicy": "Always"});
         let spec = json!({"nodeName": "n", "affinity": {"nodeAffinity": {}},
