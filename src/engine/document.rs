@@ -160,7 +160,9 @@ static VOLUMES: Shape = Shape::Items(&VOLUME);
 
 /// A pod spec's fields the rules' `may_apply` read, and (deferred) those the rules that name
 /// their reads read beyond them (`node-affinity`, `agent-requests`): a repair of a created
-/// pod then never reads the body again. `holds_every_named_read` keeps the two lists in step.
+/// pod then never reads the body again. A test of `engine::run`
+/// (`the_sketch_holds_all_the_rules_that_name_their_reads_read_on_every_target`) keeps the two
+/// lists in step.
 static POD_SPEC: Shape = Shape::Fields(&[
     ("nodeName", &ALL),
     ("containers", &CONTAINERS),
