@@ -13,10 +13,12 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
+use tracing::Level;
 
 use super::{AppState, MAX_BODY_BYTES};
 use crate::admission::{self, AdmissionDecision, AdmissionError, Webhook};
 use crate::config::Mode;
+use crate::telemetry::{self, PlainField};
 
 /// The API server sends a review's body right after its headers, and gives up on the webhook
 /// after at most 30 s; a body still arriving after this long is a stalled or hostile client.
@@ -318,10 +320,28 @@ pub struct AdmissionLine<'a> {
     pub duration_us: u64,
 }
 
+/// The decision line's target (this module's path, as the logging macros default to) and
+/// message.
+const TARGET: &str = module_path!();
+const ADMISSION: &str = "admission";
+
 impl AdmissionLine<'_> {
-    /// Logs the line: `admission webhook="mutate" uid=… kind=Pod …` in the text format.
+    /// Logs the line: `admission webhook="mutate" uid=… kind=Pod …` in the text format. Under
+    /// `serve`'s plain text subscriber it is written straight into the log's batch, byte for
+    /// byte as the subscriber writes the event ([`telemetry::write_plain_line`]; a test holds
+    /// the two equal); under any other, as the event.
     pub fn log(&self) {
+        let written = tracing::enabled!(target: TARGET, Level::INFO)
+            && telemetry::write_plain_line(Level::INFO, TARGET, ADMISSION, &self.fields());
+        if !written {
+            self.log_event();
+        }
+    }
+
+    /// The line as a `tracing` event, its fields in the order of [`Self::fields`].
+    fn log_event(&self) {
         tracing::info!(
+            target: TARGET,
             webhook = self.webhook,
             uid = %self.uid,
             kind = %self.kind,
@@ -332,8 +352,24 @@ impl AdmissionLine<'_> {
             rules = %self.rules.join(","),
             skipped = self.skipped,
             duration_us = self.duration_us,
-            "admission"
+            "{ADMISSION}"
         );
+    }
+
+    /// The fields of [`Self::log_event`], recorded as it records them.
+    fn fields(&self) -> [(&'static str, PlainField<'_>); 10] {
+        [
+            ("webhook", PlainField::Str(self.webhook)),
+            ("uid", PlainField::Display(self.uid)),
+            ("kind", PlainField::Display(self.kind)),
+            ("namespace", PlainField::Str(self.namespace)),
+            ("name", PlainField::Display(self.name)),
+            ("operation", PlainField::Str(self.operation)),
+            ("result", PlainField::Str(self.result)),
+            ("rules", PlainField::Joined(self.rules, ",")),
+            ("skipped", PlainField::Str(self.skipped)),
+            ("duration_us", PlainField::U64(self.duration_us)),
+        ]
     }
 }
 
@@ -425,5 +461,53 @@ mod tests {
              operation=\"CREATE\" result=\"patched\" rules=node-affinity,agent-requests \
              skipped=\"\" duration_us=41\n"
         );
+    }
+
+    #[test]
+    fn the_line_written_straight_into_the_batch_is_the_event_as_the_subscriber_writes_it() {
+        let lines = [
+            AdmissionLine {
+                webhook: "mutate",
+                uid: "705ab4f5-6393-11e8-b7cc-42010a800002",
+                kind: "Pod",
+                namespace: "default",
+                name: "web-",
+                operation: "CREATE",
+                result: "patched",
+                rules: &["node-affinity", "agent-requests"],
+                skipped: "",
+                duration_us: 41,
+            },
+            AdmissionLine {
+                webhook: "validate",
+                uid: "",
+                kind: "Deployment",
+                namespace: "say \"hi\" \\ žluťoučký\t\u{1b}",
+                name: "",
+                operation: "UPDATE",
+                result: "allowed",
+                rules: &["dind-rm"],
+                skipped: "excluded-namespace",
+                duration_us: u64::MAX,
+            },
+            AdmissionLine {
+                webhook: "mutate",
+                uid: "u",
+                kind: "other",
+                namespace: "",
+                name: "a b=c",
+                operation: "",
+                result: "denied",
+                rules: &[],
+                skipped: "",
+                duration_us: 0,
+            },
+        ];
+        for line in lines {
+            let event = telemetry::tests::text_of(|| line.log_event());
+            let plain =
+                telemetry::tests::plain_line_of(Level::INFO, TARGET, ADMISSION, &line.fields());
+            assert_eq!(plain.as_deref(), Some(event.as_str()));
+        }
     }
 }

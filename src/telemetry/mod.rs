@@ -12,11 +12,14 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use tracing::{Dispatch, Level};
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::util::SubscriberInitExt as _;
 
 mod text;
 
+pub use text::PlainField;
 use text::{TextFields, TextLine, Timestamp};
 
 /// Log line format.
@@ -70,9 +73,44 @@ pub fn init_batched<W: Write + Send + 'static>(format: LogFormat, out: W) -> Log
 
 /// Installs the subscriber with batched lines written to `out`.
 fn batched<W: Write + Send + 'static>(format: LogFormat, ansi: bool, out: W) -> LogGuard {
-    let (writer, guard) = BatchWriter::spawn(out);
-    install(format, filter(), ansi, writer);
+    let (subscriber, guard) = batch_subscriber(format, filter(), ansi, out);
+    // A second init (tests) keeps the first subscriber: ignore the error.
+    let _ = subscriber.try_init();
     guard
+}
+
+/// The subscriber with batched lines written to `out`, and its guard.
+fn batch_subscriber<W: Write + Send + 'static>(
+    format: LogFormat,
+    filter: EnvFilter,
+    ansi: bool,
+    out: W,
+) -> (Dispatch, LogGuard) {
+    let (mut writer, guard) = BatchWriter::spawn(out);
+    writer.plain_text = format == LogFormat::Text && !ansi;
+    (subscriber(format, filter, ansi, writer), guard)
+}
+
+/// Writes one line straight into the batch, as the current subscriber would write an event of
+/// `level` and `target` with `message` and `fields`, when that subscriber is `serve`'s in the
+/// plain text format. At one line per admission review, the event's way through the
+/// subscriber (its fields recorded one by one through `dyn` visitors) was most of the line's
+/// cost. `false`, with nothing written, under any other subscriber (JSON, colour, a test's):
+/// the caller then logs the event. The caller checks that the event's level is enabled.
+pub fn write_plain_line(
+    level: Level,
+    target: &str,
+    message: &str,
+    fields: &[(&str, PlainField<'_>)],
+) -> bool {
+    tracing::dispatcher::get_default(|current| {
+        current
+            .downcast_ref::<BatchWriter>()
+            .filter(|writer| writer.plain_text)
+            .is_some_and(|writer| {
+                text::write_plain(&level, target, message, fields, |line| writer.append(line))
+            })
+    })
 }
 
 /// `RUST_LOG`, or `info` when it is unset or does not parse.
@@ -84,19 +122,28 @@ fn install<W>(format: LogFormat, filter: EnvFilter, ansi: bool, writer: W)
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
+    // A second init (tests) keeps the first subscriber: ignore the error.
+    let _ = subscriber(format, filter, ansi, writer).try_init();
+}
+
+/// The subscriber of `format`, its lines written through `writer`.
+fn subscriber<W>(format: LogFormat, filter: EnvFilter, ansi: bool, writer: W) -> Dispatch
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
         .with_timer(Timestamp)
         .with_writer(writer);
-    // A second init (tests) keeps the first subscriber: ignore the error.
-    let _ = match format {
+    match format {
         LogFormat::Text => builder
             .event_format(TextLine::default())
             .fmt_fields(TextFields)
-            .try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
+            .finish()
+            .into(),
+        LogFormat::Json => builder.json().flatten_event(true).finish().into(),
+    }
 }
 
 /// What the appenders and the writer thread share.
@@ -120,10 +167,13 @@ impl Shared {
 }
 
 /// The [`MakeWriter`] each event's formatted line is written through: appends to the buffer.
-pub struct BatchWriter<W: Write + Send + 'static> {
+pub struct BatchWriter {
     shared: Arc<Shared>,
     /// The destination, for the write-through a full buffer forces.
-    out: Arc<Mutex<W>>,
+    out: Arc<Mutex<Box<dyn Write + Send>>>,
+    /// Whether the subscriber writes the plain text format (no JSON, no colour): then a line
+    /// can be written into the buffer as that format writes it ([`write_plain_line`]).
+    plain_text: bool,
 }
 
 /// Writes out what is still buffered and stops the writer thread when dropped.
@@ -132,10 +182,10 @@ pub struct LogGuard {
     thread: Option<JoinHandle<()>>,
 }
 
-impl<W: Write + Send + 'static> BatchWriter<W> {
+impl BatchWriter {
     /// The writer, and the guard whose drop writes out the rest, with the thread that writes
     /// the buffer to `out`.
-    pub fn spawn(out: W) -> (Self, LogGuard) {
+    pub fn spawn(out: impl Write + Send + 'static) -> (Self, LogGuard) {
         let shared = Arc::new(Shared {
             state: Mutex::new(Buffered {
                 lines: Vec::new(),
@@ -143,7 +193,7 @@ impl<W: Write + Send + 'static> BatchWriter<W> {
             }),
             wake: Condvar::new(),
         });
-        let out = Arc::new(Mutex::new(out));
+        let out: Arc<Mutex<Box<dyn Write + Send>>> = Arc::new(Mutex::new(Box::new(out)));
         let thread = {
             let (shared, out) = (Arc::clone(&shared), Arc::clone(&out));
             std::thread::Builder::new()
@@ -154,8 +204,28 @@ impl<W: Write + Send + 'static> BatchWriter<W> {
         let writer = Self {
             shared: Arc::clone(&shared),
             out,
+            plain_text: false,
         };
         (writer, LogGuard { shared, thread })
+    }
+
+    /// Appends `line` to the buffer: the writer thread writes it out (see the module's doc).
+    fn append(&self, line: &[u8]) {
+        let mut state = self.shared.lock();
+        if state.closed {
+            drop(state);
+            write_all(&mut *lock(&self.out), line);
+            return;
+        }
+        state.lines.extend_from_slice(line);
+        let buffered = state.lines.len();
+        if buffered >= WRITE_THROUGH_AT {
+            // Keeps the buffer locked while writing, so lines stay in order.
+            let lines = std::mem::take(&mut state.lines);
+            write_all(&mut *lock(&self.out), &lines);
+        } else if buffered >= WAKE_AT {
+            self.shared.wake.notify_one();
+        }
     }
 }
 
@@ -200,23 +270,9 @@ fn write_all<W: Write>(out: &mut W, bytes: &[u8]) {
     let _ = out.flush();
 }
 
-impl<W: Write + Send + 'static> Write for &BatchWriter<W> {
+impl Write for &BatchWriter {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        let mut state = self.shared.lock();
-        if state.closed {
-            drop(state);
-            write_all(&mut *lock(&self.out), line);
-            return Ok(line.len());
-        }
-        state.lines.extend_from_slice(line);
-        let buffered = state.lines.len();
-        if buffered >= WRITE_THROUGH_AT {
-            // Keeps the buffer locked while writing, so lines stay in order.
-            let lines = std::mem::take(&mut state.lines);
-            write_all(&mut *lock(&self.out), &lines);
-        } else if buffered >= WAKE_AT {
-            self.shared.wake.notify_one();
-        }
+        self.append(line);
         Ok(line.len())
     }
 
@@ -225,7 +281,7 @@ impl<W: Write + Send + 'static> Write for &BatchWriter<W> {
     }
 }
 
-impl<'a, W: Write + Send + 'static> MakeWriter<'a> for BatchWriter<W> {
+impl<'a> MakeWriter<'a> for BatchWriter {
     type Writer = &'a Self;
 
     fn make_writer(&'a self) -> Self::Writer {
@@ -265,6 +321,96 @@ pub(crate) mod tests {
         pub(crate) fn text(&self) -> String {
             String::from_utf8(self.0.lock().expect("sink").clone()).expect("utf-8")
         }
+    }
+
+    /// A timer that writes [`FixedTime::TEXT`] whenever it is asked.
+    #[derive(Clone)]
+    pub(crate) struct FixedTime;
+
+    impl FixedTime {
+        pub(crate) const TEXT: &str = "2026-11-24T06:58:16.306482Z";
+    }
+
+    impl tracing_subscriber::fmt::time::FormatTime for FixedTime {
+        fn format_time(
+            &self,
+            w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+        ) -> std::fmt::Result {
+            w.write_str(Self::TEXT)
+        }
+    }
+
+    /// What the text format writes, in no colour at [`FixedTime`], of what `log` logs.
+    pub(crate) fn text_of(log: impl FnOnce()) -> String {
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_max_level(Level::TRACE)
+            .event_format(TextLine::with_timer(FixedTime))
+            .fmt_fields(TextFields)
+            .finish();
+        tracing::subscriber::with_default(subscriber, log);
+        sink.text()
+    }
+
+    /// The line [`write_plain_line`] writes, at [`FixedTime`]; `None` when it writes none.
+    pub(crate) fn plain_line_of(
+        level: Level,
+        target: &str,
+        message: &str,
+        fields: &[(&str, PlainField<'_>)],
+    ) -> Option<String> {
+        let mut line = String::new();
+        text::plain_line(&mut line, FixedTime::TEXT, &level, target, message, fields).ok()?;
+        Some(line)
+    }
+
+    /// Calls `write_plain_line` under the batched subscriber of `format`, and gives what it
+    /// returned and what reached the destination.
+    fn written_plainly(format: LogFormat, ansi: bool) -> (bool, String) {
+        let sink = Sink::default();
+        let (subscriber, guard) =
+            batch_subscriber(format, EnvFilter::new("info"), ansi, sink.clone());
+        let fields = [
+            ("uid", PlainField::Display("a-1")),
+            ("n", PlainField::U64(7)),
+        ];
+        let written = tracing::dispatcher::with_default(&subscriber, || {
+            write_plain_line(Level::INFO, "podmend::x", "done", &fields)
+        });
+        drop(guard);
+        (written, sink.text())
+    }
+
+    #[test]
+    fn under_the_batched_plain_text_subscriber_a_line_goes_straight_into_the_batch() {
+        let (written, text) = written_plainly(LogFormat::Text, false);
+        assert!(written);
+        let (time, rest) = text.split_at(FixedTime::TEXT.len());
+        assert!(time.ends_with('Z'), "{text}");
+        assert_eq!(rest, "  INFO podmend::x: done uid=a-1 n=7\n");
+    }
+
+    #[test]
+    fn a_message_the_format_escapes_is_left_to_the_subscriber() {
+        assert_eq!(plain_line_of(Level::INFO, "t", "bell\u{7}", &[]), None);
+        assert_eq!(
+            plain_line_of(Level::WARN, "t", "plain", &[]).as_deref(),
+            Some("2026-11-24T06:58:16.306482Z  WARN t: plain\n")
+        );
+    }
+
+    #[test]
+    fn under_json_colour_or_another_subscriber_nothing_is_written_straight() {
+        for (format, ansi) in [(LogFormat::Json, false), (LogFormat::Text, true)] {
+            assert_eq!(written_plainly(format, ansi), (false, String::new()));
+        }
+        let fields = [("n", PlainField::U64(7))];
+        let mut written = true;
+        text_of(|| written = write_plain_line(Level::INFO, "t", "m", &fields));
+        assert!(!written);
     }
 
     #[test]

@@ -103,27 +103,36 @@ const YEAR_10000: u64 = 253_402_300_800;
 
 impl FormatTime for Timestamp {
     fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
-        let since_epoch = match SystemTime::now().duration_since(UNIX_EPOCH) {
-            Ok(since) if since.as_secs() < YEAR_10000 => since,
-            _ => return tracing_subscriber::fmt::time::SystemTime.format_time(w),
-        };
-        let second = since_epoch.as_secs();
-        let prefix = LAST_SECOND.with(|last| {
-            let (cached, prefix) = last.get();
-            if cached == second {
-                return prefix;
-            }
-            let prefix = second_prefix(second);
-            last.set((second, prefix));
-            prefix
-        });
-        let mut line = [0u8; 27];
-        line[..20].copy_from_slice(&prefix);
-        put_digits(&mut line[20..26], u64::from(since_epoch.subsec_micros()));
-        line[26] = b'Z';
-        // Digits and ASCII punctuation only.
-        w.write_str(std::str::from_utf8(&line).map_err(|_| fmt::Error)?)
+        match now() {
+            // Digits and ASCII punctuation only.
+            Some(line) => w.write_str(std::str::from_utf8(&line).map_err(|_| fmt::Error)?),
+            None => tracing_subscriber::fmt::time::SystemTime.format_time(w),
+        }
     }
+}
+
+/// The time now as [`Timestamp`] writes it; `None` before 1970 and from the year 10000, which
+/// tracing-subscriber writes differently.
+fn now() -> Option<[u8; 27]> {
+    let since_epoch = match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(since) if since.as_secs() < YEAR_10000 => since,
+        _ => return None,
+    };
+    let second = since_epoch.as_secs();
+    let prefix = LAST_SECOND.with(|last| {
+        let (cached, prefix) = last.get();
+        if cached == second {
+            return prefix;
+        }
+        let prefix = second_prefix(second);
+        last.set((second, prefix));
+        prefix
+    });
+    let mut line = [0u8; 27];
+    line[..20].copy_from_slice(&prefix);
+    put_digits(&mut line[20..26], u64::from(since_epoch.subsec_micros()));
+    line[26] = b'Z';
+    Some(line)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.` for a second since 1970 before the year 10000.
@@ -389,6 +398,92 @@ fn push_decimal(pending: &mut String, mut value: u64) {
     pending.extend(digits[start..].iter().map(|&digit| char::from(digit)));
 }
 
+/// A field of a line written straight into the batch ([`super::write_plain_line`]), as a
+/// `tracing` macro records it.
+#[derive(Debug, Clone, Copy)]
+pub enum PlainField<'a> {
+    /// `name = value` with a `&str`: quoted, escaped as `Debug` escapes.
+    Str(&'a str),
+    /// `name = %value` with a `&str`: as it is.
+    Display(&'a str),
+    /// `name = %items.join(separator)`, without joining them first.
+    Joined(&'a [&'a str], &'a str),
+    /// `name = value` with a `u64`.
+    U64(u64),
+}
+
+thread_local! {
+    /// The room a line written straight into the batch is made in, kept between lines.
+    static PLAIN_LINE: Cell<String> = const { Cell::new(String::new()) };
+}
+
+/// Makes the line of an event happening now (see [`plain_line`]) in a buffer the thread
+/// keeps, and gives it to `write`; `false`, with nothing given, when the line cannot be made
+/// so (a time [`Timestamp`] leaves to tracing-subscriber, a message it would escape).
+pub(super) fn write_plain(
+    level: &Level,
+    target: &str,
+    message: &str,
+    fields: &[(&str, PlainField<'_>)],
+    write: impl FnOnce(&[u8]),
+) -> bool {
+    let Some(time) = now() else {
+        return false;
+    };
+    let Ok(time) = std::str::from_utf8(&time) else {
+        return false;
+    };
+    let mut line = PLAIN_LINE.try_with(Cell::take).unwrap_or_default();
+    line.clear();
+    let made = plain_line(&mut line, time, level, target, message, fields).is_ok();
+    if made {
+        write(line.as_bytes());
+    }
+    let _ = PLAIN_LINE.try_with(|room| room.set(line));
+    made
+}
+
+/// The line [`TextLine`] and [`TextFields`] write for an event of `level` and `target` outside
+/// any span, in no colour, with `message` (first, as the macros put it) and then `fields`,
+/// after `timestamp`. An error for a message with a character tracing-subscriber escapes.
+pub(super) fn plain_line(
+    line: &mut String,
+    timestamp: &str,
+    level: &Level,
+    target: &str,
+    message: &str,
+    fields: &[(&str, PlainField<'_>)],
+) -> fmt::Result {
+    if has_control_characters(message) {
+        return Err(fmt::Error);
+    }
+    line.push_str(timestamp);
+    line.push_str(level_and_space(level));
+    line.push_str(target);
+    line.push_str(": ");
+    line.push_str(message);
+    for (name, value) in fields {
+        line.push(' ');
+        line.push_str(name);
+        line.push('=');
+        match *value {
+            PlainField::Str(text) => write_debug_str(line, text)?,
+            PlainField::Display(text) => line.push_str(text),
+            PlainField::Joined(items, separator) => {
+                for (at, item) in items.iter().enumerate() {
+                    if at > 0 {
+                        line.push_str(separator);
+                    }
+                    line.push_str(item);
+                }
+            }
+            PlainField::U64(value) => push_decimal(line, value),
+        }
+    }
+    line.push('\n');
+    Ok(())
+}
+
 impl VisitOutput<fmt::Result> for TextVisitor<'_> {
     fn finish(mut self) -> fmt::Result {
         self.write_pending();
@@ -415,7 +510,7 @@ impl Drop for TextVisitor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::tests::Sink;
+    use crate::telemetry::tests::{FixedTime, Sink};
 
     #[test]
     fn second_prefixes_follow_the_calendar_across_leap_days_and_centuries() {
@@ -529,16 +624,6 @@ mod tests {
         tracing::info!("a C1 control \u{9b} in the message");
     }
 
-    /// A timer that writes the same text whenever it is asked.
-    #[derive(Clone)]
-    struct Fixed;
-
-    impl FormatTime for Fixed {
-        fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
-            w.write_str("2026-11-24T06:58:16.306482Z")
-        }
-    }
-
     /// The lines of [`log_some_events`], through tracing-subscriber's default format or ours.
     fn lines(ours: bool, ansi: bool) -> String {
         let sink = Sink::default();
@@ -547,10 +632,10 @@ mod tests {
             .with_writer(move || writer.clone())
             .with_ansi(ansi)
             .with_max_level(Level::TRACE)
-            .with_timer(Fixed);
+            .with_timer(FixedTime);
         if ours {
             let subscriber = builder
-                .event_format(TextLine::with_timer(Fixed))
+                .event_format(TextLine::with_timer(FixedTime))
                 .fmt_fields(TextFields)
                 .finish();
             tracing::subscriber::with_default(subscriber, log_some_events);
