@@ -432,6 +432,20 @@ mod tests {
     use super::*;
     use crate::telemetry::tests::Sink;
 
+    /// A created pod's decision line, two rules having repaired it.
+    const PATCHED: AdmissionLine<'static> = AdmissionLine {
+        webhook: "mutate",
+        uid: "705ab4f5-6393-11e8-b7cc-42010a800002",
+        kind: "Pod",
+        namespace: "default",
+        name: "web-",
+        operation: "CREATE",
+        result: "patched",
+        rules: &["node-affinity", "agent-requests"],
+        skipped: "",
+        duration_us: 41,
+    };
+
     #[test]
     fn the_decision_line_has_its_fields_in_order_under_the_handlers_target() {
         let captured = Sink::default();
@@ -441,18 +455,7 @@ mod tests {
             .with_ansi(false)
             .with_writer(move || writer.clone())
             .finish();
-        let line = AdmissionLine {
-            webhook: "mutate",
-            uid: "705ab4f5-6393-11e8-b7cc-42010a800002",
-            kind: "Pod",
-            namespace: "default",
-            name: "web-",
-            operation: "CREATE",
-            result: "patched",
-            rules: &["node-affinity", "agent-requests"],
-            skipped: "",
-            duration_us: 41,
-        };
+        let line = PATCHED;
         tracing::subscriber::with_default(subscriber, || line.log());
         assert_eq!(
             captured.text(),
@@ -466,18 +469,7 @@ mod tests {
     #[test]
     fn the_line_written_straight_into_the_batch_is_the_event_as_the_subscriber_writes_it() {
         let lines = [
-            AdmissionLine {
-                webhook: "mutate",
-                uid: "705ab4f5-6393-11e8-b7cc-42010a800002",
-                kind: "Pod",
-                namespace: "default",
-                name: "web-",
-                operation: "CREATE",
-                result: "patched",
-                rules: &["node-affinity", "agent-requests"],
-                skipped: "",
-                duration_us: 41,
-            },
+            PATCHED,
             AdmissionLine {
                 webhook: "validate",
                 uid: "",
