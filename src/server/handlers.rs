@@ -7,8 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -64,11 +63,17 @@ pub async fn unknown_path(State(state): State<Arc<AppState>>) -> Response {
 const NULL_RESPONSE: &[u8] =
     br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"","allowed":true}}"#;
 
-/// The benchmark's baseline: the body is read (as for `/mutate`), not decoded.
-pub async fn null(body: Result<Bytes, BytesRejection>) -> Response {
-    match body {
+/// The benchmark's baseline: the body is read as for `/mutate` ([`read_body`]), not decoded.
+pub async fn null(request: Request) -> Response {
+    let declared = declared_length(request.headers());
+    let mut chunks = request.into_body().into_data_stream();
+    match read_body(&mut chunks, declared).await {
         Ok(_) => ([(header::CONTENT_TYPE, "application/json")], NULL_RESPONSE).into_response(),
-        Err(rejection) => refuse(rejection.status(), &rejection.body_text()),
+        Err(BodyError::TooLarge) => refuse(StatusCode::PAYLOAD_TOO_LARGE, &too_large()),
+        Err(BodyError::Unreadable(error)) => refuse(
+            StatusCode::BAD_REQUEST,
+            &format!("cannot read the body ({error})"),
+        ),
     }
 }
 

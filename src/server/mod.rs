@@ -24,7 +24,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
@@ -168,16 +167,13 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(handlers::validate).fallback(handlers::wrong_method),
         )
         .fallback(handlers::unknown_path)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }
 
 /// The null webhook ([`paths::NULL`]): the same stack as [`router`], body read and limit
 /// included, answering without a review. Only `serve --benchmark-null-route` mounts it.
 pub fn null_router() -> Router {
-    Router::new()
-        .route(paths::NULL, post(handlers::null))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+    Router::new().route(paths::NULL, post(handlers::null))
 }
 
 /// The metrics and probe routes.
