@@ -1,19 +1,21 @@
 //! The webhook's TLS port: accepting connections, the TLS handshake (and the plain-HTTP
 //! client that gets a readable 400 instead), HTTP/1.1 or HTTP/2 by ALPN with their timeouts,
 //! and the graceful drain on stop. Every connection that fails before or at the HTTP level
-//! is counted by reason in [`Metrics`]; what a request gets is the router's business.
+//! is counted by reason in [`Metrics`]; what a request gets is [`WebhookRoutes`]' business.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::Router;
+use axum::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
+use super::WebhookRoutes;
 use super::answers_together::AnswersTogether;
 use super::tls;
 use super::workers::Workers;
@@ -56,7 +58,7 @@ impl Protocols {
 pub(super) async fn accept_loop(
     listener: TcpListener,
     acceptor: TlsAcceptor,
-    app: Router,
+    app: WebhookRoutes,
     metrics: Arc<Metrics>,
     mut stop: tokio::sync::watch::Receiver<bool>,
     drain_timeout: Duration,
@@ -106,7 +108,7 @@ pub(super) async fn accept_loop(
 /// One accepted connection and what serving it needs.
 struct Connection {
     peer: std::net::SocketAddr,
-    app: Router,
+    app: WebhookRoutes,
     protocols: Protocols,
     metrics: Arc<Metrics>,
     watcher: Watcher,
@@ -165,9 +167,10 @@ impl Connection {
         let served = Arc::new(AtomicBool::new(false));
         let service = {
             let (served, app) = (served.clone(), self.app);
-            hyper::service::service_fn(move |request| {
+            hyper::service::service_fn(move |request: hyper::Request<hyper::body::Incoming>| {
                 served.store(true, Ordering::Relaxed);
-                tower_service::Service::call(&mut app.clone(), request)
+                let app = app.clone();
+                async move { Ok::<_, Infallible>(app.answer(request.map(Body::new)).await) }
             })
         };
         // ALPN decides the protocol, so nothing waits for a client's first bytes without a
