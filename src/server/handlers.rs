@@ -501,7 +501,7 @@ mod tests {
             },
         ];
         for line in lines {
-            let event = telemetry::tests::text_of(|| line.log_event());
+            let event = telemetry::tests::text_of(false, || line.log_event());
             let plain =
                 telemetry::tests::plain_line_of(Level::INFO, TARGET, ADMISSION, &line.fields());
             assert_eq!(plain.as_deref(), Some(event.as_str()));

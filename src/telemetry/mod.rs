@@ -340,13 +340,13 @@ pub(crate) mod tests {
         }
     }
 
-    /// What the text format writes, in no colour at [`FixedTime`], of what `log` logs.
-    pub(crate) fn text_of(log: impl FnOnce()) -> String {
+    /// What the text format writes, in colour or not, at [`FixedTime`], of what `log` logs.
+    pub(crate) fn text_of(ansi: bool, log: impl FnOnce()) -> String {
         let sink = Sink::default();
         let writer = sink.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
-            .with_ansi(false)
+            .with_ansi(ansi)
             .with_max_level(Level::TRACE)
             .event_format(TextLine::with_timer(FixedTime))
             .fmt_fields(TextFields)
@@ -409,7 +409,9 @@ pub(crate) mod tests {
         }
         let fields = [("n", PlainField::U64(7))];
         let mut written = true;
-        text_of(|| written = write_plain_line(Level::INFO, "t", "m", &fields));
+        text_of(false, || {
+            written = write_plain_line(Level::INFO, "t", "m", &fields)
+        });
         assert!(!written);
     }
 

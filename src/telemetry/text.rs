@@ -510,7 +510,7 @@ impl Drop for TextVisitor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::tests::{FixedTime, Sink};
+    use crate::telemetry::tests::{FixedTime, Sink, text_of};
 
     #[test]
     fn second_prefixes_follow_the_calendar_across_leap_days_and_centuries() {
@@ -626,22 +626,18 @@ mod tests {
 
     /// The lines of [`log_some_events`], through tracing-subscriber's default format or ours.
     fn lines(ours: bool, ansi: bool) -> String {
+        if ours {
+            return text_of(ansi, log_some_events);
+        }
         let sink = Sink::default();
         let writer = sink.clone();
-        let builder = tracing_subscriber::fmt()
+        let subscriber = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
             .with_ansi(ansi)
             .with_max_level(Level::TRACE)
-            .with_timer(FixedTime);
-        if ours {
-            let subscriber = builder
-                .event_format(TextLine::with_timer(FixedTime))
-                .fmt_fields(TextFields)
-                .finish();
-            tracing::subscriber::with_default(subscriber, log_some_events);
-        } else {
-            tracing::subscriber::with_default(builder.finish(), log_some_events);
-        }
+            .with_timer(FixedTime)
+            .finish();
+        tracing::subscriber::with_default(subscriber, log_some_events);
         sink.text()
     }
 
