@@ -13,7 +13,9 @@
 //!   agent pod is repaired without its env, probes, volumes or mounts ever being built. The
 //!   webhook builds those parts from the sketch, which keeps what the rules read beyond
 //!   `may_apply` as JSON text ([`Shape::Deferred`], [`scan::reread`]); a part it lacks is read
-//!   from the body with [`scan`], and with serde_json what the scanner declines.
+//!   from the body with [`scan`], and with serde_json what the scanner declines. Where the
+//!   sketch holds them all, the pod spec is read from it straight into the rules' type
+//!   ([`scan::reread_as`]), and the repair's patch is checked on it ([`scan::applies`]).
 //!   [`project`] takes the same parts of an object already parsed (`audit`'s).
 //! - [`parse`]: the whole object, without `metadata.managedFields` (the API server's record of
 //!   field owners: often the largest part of an object, never read by a rule).
@@ -85,6 +87,13 @@ pub fn field_mut<'v>(map: &'v mut Map<String, Value>, key: &str) -> Option<&'v m
 /// `value`'s field `key` when it is an object: [`field`].
 pub fn get<'v>(value: &'v Value, key: &str) -> Option<&'v Value> {
     value.as_object().and_then(|map| field(map, key))
+}
+
+/// The shape the sketch keeps at `pointer` (one of the target table's, which have no
+/// escapes): a pod spec's, to read it from the sketch.
+pub fn sketched_at(pointer: &str) -> Option<&'static Shape> {
+    let mut keys = pointer.split('/').skip(1);
+    keys.try_fold(&OBJECT, |shape: &'static Shape, key| shape.field(key))
 }
 
 /// An array index as RFC 6901 writes it: digits without a leading zero, which both

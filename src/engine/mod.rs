@@ -269,11 +269,11 @@ fn same_rules(a: &[(&dyn Rule, Mode)], b: &[(&dyn Rule, Mode)]) -> bool {
 }
 
 /// What a created object's sketch shows.
-enum Sketched<'e> {
+enum Sketched<'e, 's> {
     /// Skipped by scope, or in scope with no rule that may act: the outcome.
     Decided(Outcome),
-    /// These rules may act: the whole object is needed.
-    MayAct(Vec<(&'e dyn Rule, Mode)>),
+    /// These rules may act on the pod spec in scope: more of the object is needed.
+    MayAct(Vec<(&'e dyn Rule, Mode)>, scope::InScope<'s, Sketch<'s>>),
 }
 
 /// A repair's findings and patches, before they are checked to apply.
@@ -331,7 +331,10 @@ impl Engine {
     /// Reviews a request as the webhook decodes it, as [`review`](Self::review) would once its
     /// objects are parsed, reading them whole only when it needs to: not for a request routed
     /// away (a DELETE, another subresource, an unhandled kind), nor for a created object
-    /// whose sketch shows no rule may act on it, which is what most pods are.
+    /// whose sketch shows no rule may act on it, which is what most pods are. A created object
+    /// whose rules that may act each name what they read is repaired from its sketch alone
+    /// when the sketch holds all they read and change (a pinned agent pod): the object is not
+    /// read again. Debug builds then review it as before as well, and compare.
     pub fn review_raw(&self, subject: &RawSubject<'_>, cluster: &dyn ClusterView) -> Outcome {
         let route = scope::route(
             self,
@@ -360,9 +363,37 @@ impl Engine {
             };
             match self.decided_by_sketch(target, &sketched) {
                 Sketched::Decided(outcome) => return outcome.named(Some(sketch)),
-                Sketched::MayAct(active) => sketched_active = Some(active),
+                Sketched::MayAct(active, in_scope) => {
+                    if let Some(outcome) = self.repair_sketched(&active, &in_scope, cluster) {
+                        let outcome = outcome.named(Some(sketch));
+                        #[cfg(debug_assertions)]
+                        {
+                            let read =
+                                self.review_read(subject, (target, spec), Some(active), cluster);
+                            debug_assert_eq!(
+                                outcome, read,
+                                "the repair from the sketch differs from the repair of the object read again"
+                            );
+                        }
+                        return outcome;
+                    }
+                    sketched_active = Some(active);
+                }
             }
         }
+        self.review_read(subject, (target, spec), sketched_active, cluster)
+    }
+
+    /// [`review_raw`](Self::review_raw) once the sketch did not settle it: the object read
+    /// (in the parts the rules in `sketched_active` read, when the sketch showed them and each
+    /// names them), and reviewed by the spec rules (`spec`) or the status rules.
+    fn review_read(
+        &self,
+        subject: &RawSubject<'_>,
+        (target, spec): (&'static Target, bool),
+        sketched_active: Option<run::Active<'_>>,
+        cluster: &dyn ClusterView,
+    ) -> Outcome {
         // A created object whose rules each name what they read is read no further: most of
         // a large pod is never built.
         let reads = sketched_active
@@ -411,11 +442,11 @@ impl Engine {
     /// The outcome of a created object when its sketch settles it: skipped by scope, or in
     /// scope with no rule that may act. Otherwise the rules that may act, for which the whole
     /// object is needed.
-    fn decided_by_sketch(
+    fn decided_by_sketch<'s>(
         &self,
         target: &'static Target,
-        sketched: &scope::Objects<'_, Sketch<'_>>,
-    ) -> Sketched<'_> {
+        sketched: &scope::Objects<'s, Sketch<'s>>,
+    ) -> Sketched<'_, 's> {
         let in_scope = match scope::pod_spec(self, target, sketched) {
             Ok(in_scope) => in_scope,
             Err(outcome) => return Sketched::Decided(outcome),
@@ -424,7 +455,32 @@ impl Engine {
         if active.is_empty() {
             return Sketched::Decided(Outcome::clean(target));
         }
-        Sketched::MayAct(active)
+        Sketched::MayAct(active, in_scope)
+    }
+
+    /// The repair of a created object by rules that each name what they read, from its
+    /// sketch alone: the spec read from it in those parts, the patches checked against the
+    /// parts of the object they pass through. The object is never read again. `None` when the
+    /// sketch lacks a part this needs, or the spec does not decode from it: the caller reads
+    /// the object, and decides (and words any error) as before.
+    fn repair_sketched(
+        &self,
+        active: &run::Active<'_>,
+        in_scope: &scope::InScope<'_, Sketch<'_>>,
+        cluster: &dyn ClusterView,
+    ) -> Option<Outcome> {
+        let keep = run::spec_reads(active)?;
+        let sketched = document::sketched_at(in_scope.target.spec)?;
+        let original = document::scan::reread_as(in_scope.raw_spec, sketched, keep)?;
+        let ran = run::run_read(active.clone(), original, in_scope, cluster);
+        let (patch, repair) = patch::spec_patches(in_scope, &ran);
+        patch::finish_sketched(
+            in_scope.target,
+            in_scope.object,
+            ran.findings,
+            patch,
+            repair,
+        )
     }
 
     /// The pod spec rules on a Pod or a pod template.
@@ -847,6 +903,73 @@ mod tests {
         assert_eq!(repaired.skipped, None);
         assert_eq!(repaired.patch, expected.patch);
         assert!(!repaired.patch.is_empty());
+    }
+
+    /// What the sketch path makes of `object` created: `repair_sketched`'s outcome (`None`
+    /// when it leaves the object to be read again), beside `review`'s.
+    fn repaired_from_sketch(object: &Value, cluster: &StaticCluster) -> (Option<Outcome>, Outcome) {
+        let engine = engine();
+        let text = object.to_string();
+        let sketch = document::scan::Scanner::new(&text)
+            .sketch()
+            .flatten()
+            .expect("the scanner sketches the pod");
+        let target = target::for_kind("", "Pod").expect("pods are handled");
+        let sketched = scope::Objects {
+            operation: Operation::Create,
+            namespace: "ns",
+            object: Some(&sketch),
+            old_object: None,
+        };
+        let Sketched::MayAct(active, in_scope) = engine.decided_by_sketch(target, &sketched) else {
+            panic!("a rule may act on the pod");
+        };
+        let fast = engine
+            .repair_sketched(&active, &in_scope, cluster)
+            .map(|outcome| outcome.named(Some(&sketch)));
+        let whole = engine.review(&create("", "Pod", object), cluster);
+        (fast, whole)
+    }
+
+    #[test]
+    fn a_pinned_agent_pod_is_repaired_from_its_sketch_as_from_the_whole_object() {
+        let object = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "agent", "namespace": "ns",
+                         "annotations": {"podmend.io/agent": "true", "other": "x"}},
+            "spec": {"nodeName": "n1", "futureField": 1,
+                     "containers": [{"name": "a", "image": "x", "env": [{"name": "E"}],
+                                     "resources": {"requests": {"cpu": "100m"},
+                                                   "limits": {"cpu": "1"}}}]}});
+        let (fast, whole) = repaired_from_sketch(&object, &cluster());
+        let fast = fast.expect("the sketch holds all the repair reads and changes");
+        assert_eq!(fast, whole);
+        let rules: Vec<_> = fast.findings.iter().map(|f| f.rule).collect();
+        assert_eq!(rules, ["node-affinity", "agent-requests"]);
+    }
+
+    #[test]
+    fn a_repair_that_would_move_a_lists_items_is_checked_on_the_object_read_again() {
+        use k8s_openapi::api::core::v1::Taint;
+        // The node's taint is tolerated at /spec/tolerations/1: an `add` into a list, whose
+        // other items the sketch path does not hold.
+        let taint = Taint {
+            key: "dedicated".into(),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        };
+        let cluster = StaticCluster::empty().with_node("n1", vec![taint]);
+        let object = pod(
+            json!({"nodeName": "n1", "tolerations": [{"operator": "Exists",
+            "key": "other"}], "containers": [{"name": "a", "image": "x"}]}),
+        );
+        let (fast, whole) = repaired_from_sketch(&object, &cluster);
+        assert_eq!(fast, None);
+        assert!(
+            whole
+                .patch
+                .iter()
+                .any(|op| op.path().as_str() == "/spec/tolerations/1")
+        );
     }
 
     /// A rule that reads `hostNetwork` but names only `nodeName` as what it reads.

@@ -10,6 +10,8 @@ use json_patch::jsonptr::{Pointer, PointerBuf};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::document::scan;
+use super::document::{Sketch, Tree, View};
 use super::run::{Ran, State};
 use super::scope::InScope;
 use super::spec_diff::{self, Seen};
@@ -22,8 +24,8 @@ mod apply;
 /// The patch enforce-mode rules apply and the repair of every rule, from what the rules did.
 /// The rules' own patches make the whole repair, unless two changed one field: no second diff.
 /// The repair is `None` when it is the patch: every rule that changed something enforces.
-pub(super) fn spec_patches(
-    scope: &InScope<'_>,
+pub(super) fn spec_patches<T: Tree>(
+    scope: &InScope<'_, T>,
     ran: &Ran,
 ) -> (Vec<PatchOperation>, Option<Vec<PatchOperation>>) {
     let annotated = |state: &State, diff: &dyn Fn() -> Vec<PatchOperation>, rules: Vec<&str>| {
@@ -134,6 +136,16 @@ pub(super) fn finish(
     if let Err(reason) = applies(object, &patch, repair.as_deref()) {
         return Outcome::skipped(Some(target), reason);
     }
+    repaired(target, findings, patch, repair)
+}
+
+/// The outcome of a review whose patches were checked to apply.
+fn repaired(
+    target: &'static Target,
+    findings: Vec<Finding>,
+    patch: Vec<PatchOperation>,
+    repair: Option<Vec<PatchOperation>>,
+) -> Outcome {
     Outcome {
         target: Some(target),
         skipped: None,
@@ -142,6 +154,24 @@ pub(super) fn finish(
         repair,
         name: None,
     }
+}
+
+/// [`finish`], for a created object read from its sketch: the patches are checked on the
+/// sketch ([`scan::applies`]). `None` when that cannot tell (or a patch does not apply): the
+/// object is then read to check them, and any error is worded as before.
+pub(super) fn finish_sketched(
+    target: &'static Target,
+    sketch: &Sketch<'_>,
+    findings: Vec<Finding>,
+    patch: Vec<PatchOperation>,
+    repair: Option<Vec<PatchOperation>>,
+) -> Option<Outcome> {
+    let repair = repair.filter(|repair| *repair != patch);
+    scan::applies(sketch, &patch)?;
+    if let Some(repair) = &repair {
+        scan::applies(sketch, repair)?;
+    }
+    Some(repaired(target, findings, patch, repair))
 }
 
 /// The patches are diffs of typed objects, where a field the API requires but the object
@@ -170,8 +200,8 @@ fn applies(
 
 /// The `add` operation that records the rules that changed the object, keeping rules
 /// recorded by an earlier pass (a template's repair carried into its pods).
-fn mutated_annotation_op(
-    object: &Value,
+fn mutated_annotation_op<T: Tree>(
+    object: &T,
     metadata_pointer: &str,
     annotations: &BTreeMap<String, String>,
     changed_by: &[&str],
@@ -192,9 +222,9 @@ fn mutated_annotation_op(
         }
     }
     let value = Value::String(rules.join(","));
-    let metadata = target::at(object, metadata_pointer);
+    let metadata = target::at(object, metadata_pointer).map(|meta| meta as &dyn View);
     let (path, value) = match metadata {
-        Some(meta) if meta.get("annotations").is_some_and(Value::is_object) => {
+        Some(meta) if meta.field("annotations").is_some_and(|a| a.is_object()) => {
             let mut path = parse_pointer(metadata_pointer);
             path.push_back("annotations");
             path.push_back(MUTATED_ANNOTATION);

@@ -134,6 +134,21 @@ pub(super) fn run(
     Ok(ran)
 }
 
+/// Runs `active` on `original`, a spec already read in the parts they read (the webhook's,
+/// from the sketch of a created object).
+pub(super) fn run_read<T>(
+    active: Vec<(&dyn Rule, Mode)>,
+    original: PodSpec,
+    scope: &InScope<'_, T>,
+    cluster: &dyn ClusterView,
+) -> Ran {
+    let cx = RuleContext {
+        namespace: scope.namespace,
+        cluster,
+    };
+    run_rules(active, original, scope, &cx)
+}
+
 /// Debug builds (every unit, property, fixture and fuzz run): rules run on the parts of a spec
 /// they name find what they find on the whole spec, where it decodes. Checked where the spec
 /// was read whole (`review`, which the tests hold equal to the webhook's `review_raw`).
@@ -156,10 +171,10 @@ fn check_reads(
 }
 
 /// Runs `active` on `original`.
-fn run_rules(
+fn run_rules<T>(
     active: Vec<(&dyn Rule, Mode)>,
     original: PodSpec,
-    scope: &InScope<'_>,
+    scope: &InScope<'_, T>,
     cx: &RuleContext<'_>,
 ) -> Ran {
     let mut ran = Ran::new(original, scope);
@@ -191,7 +206,7 @@ fn run_rules(
 
 impl Ran {
     /// Nothing run yet: both states are the spec as decoded.
-    fn new(original: PodSpec, scope: &InScope<'_>) -> Self {
+    fn new<T>(original: PodSpec, scope: &InScope<'_, T>) -> Self {
         Self {
             repaired: State {
                 spec: original.clone(),
@@ -221,12 +236,12 @@ impl Ran {
     /// Keeps the applied state (enforce-mode repairs only) in step with a rule that changed
     /// the repaired one, and parts the two states when that rule only warns: `before` is the
     /// repaired spec before the rule, `touched_before` whether a rule had touched it.
-    fn follow_in_applied(
+    fn follow_in_applied<T>(
         &mut self,
         (rule, mode): (&dyn Rule, Mode),
         before: Option<PodSpec>,
         touched_before: bool,
-        scope: &InScope<'_>,
+        scope: &InScope<'_, T>,
         cx: &RuleContext<'_>,
     ) {
         match (&mut self.applied, mode) {

@@ -22,7 +22,7 @@ use super::{Keep, OBJECT, Sketch, Union};
 
 mod reread;
 
-pub use reread::reread;
+pub use reread::{applies, reread, reread_as};
 
 /// Deeper than this, the scanner declines: serde_json's own limit (128, `admission::MAX_DEPTH`)
 /// then decides, where it counts.

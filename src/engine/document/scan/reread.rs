@@ -13,6 +13,12 @@ use serde_json::Value;
 use super::super::{Keep, OBJECT, Part, Shape, Sketch, Union};
 use super::{Build, Scanner};
 
+mod applies;
+mod typed;
+
+pub use applies::applies;
+pub use typed::reread_as;
+
 /// The parts of a created object that `keep` keeps, from the object's sketch; `None` when the
 /// sketch lacks one of them (a field it skipped, or a value it holds only in part that `keep`
 /// reads whole): the body is then read again.
@@ -113,9 +119,12 @@ fn shaped(node: &Sketch<'_>, keep: Union) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use json_patch::PatchOperation;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use serde::Deserialize;
     use serde_json::json;
 
-    use super::super::super::{SCOPE, TEMPLATE_METADATA};
+    use super::super::super::{SCOPE, TEMPLATE_METADATA, Tree};
     use super::*;
 
     static PLACEMENT: Shape = Shape::Fields(&[
@@ -228,5 +237,107 @@ mod tests {
                 .and_then(|o| o.pointer("/spec/containers/0/resources")),
             Some(&json!({"b": 2}))
         );
+    }
+    /// The pod spec of `text`'s object as `reread_as` reads it from the sketch, and as the
+    /// read of the body's `Value` deserializes.
+    fn spec_both_ways(text: &str, spec_parts: &[&'static Shape]) -> (Option<PodSpec>, PodSpec) {
+        let sketched = sketch(text);
+        let spec = sketched.child("spec").expect("a spec");
+        let shape = super::super::super::sketched_at("/spec").expect("the sketch's spec");
+        let here = union(&spec_parts.iter().map(|s| Part::Here(s)).collect::<Vec<_>>());
+        let below = union(
+            &spec_parts
+                .iter()
+                .map(|s| Part::Below("/spec", s))
+                .collect::<Vec<_>>(),
+        );
+        let value = read_again(text, below).expect("an object");
+        let typed = PodSpec::deserialize(&value["spec"]).expect("a pod spec");
+        (reread_as(spec, shape, here), typed)
+    }
+
+    #[test]
+    fn a_spec_read_into_its_type_from_the_sketch_is_the_one_its_value_gives() {
+        let texts = [
+            r#"{"spec": {"nodeName": "n", "tolerations": [{"operator": "Exists"}],
+                "affinity": {"nodeAffinity": {}}, "priority": 3,
+                "containers": [{"name": "c", "env": [{"name": "A"}],
+                                "resources": {"requests": {"cpu": "1"}}, "resources": {}},
+                               {"name": "d", "resources": {"limits": {"memory": "1Gi"}}}]}}"#,
+            r#"{"spec": {"containers": [], "affinity": null, "nodeName": "a", "nodeName": "b"}}"#,
+        ];
+        for text in texts {
+            let (read, typed) = spec_both_ways(text, &[&CONTAINERS, &PLACEMENT]);
+            assert_eq!(read.as_ref(), Some(&typed), "{text}");
+        }
+        let (read, _) = spec_both_ways(texts[0], &[&CONTAINERS]);
+        assert_eq!(
+            read.and_then(|spec| spec.containers[1].resources.clone())
+                .and_then(|r| r.limits)
+                .map(|limits| limits["memory"].0.clone()),
+            Some("1Gi".to_string())
+        );
+    }
+
+    #[test]
+    fn a_spec_the_sketch_holds_in_part_or_that_does_not_decode_is_not_read_into_its_type() {
+        let text = r#"{"spec": {"containers": [{"name": "c", "env": []}]}}"#;
+        let sketched = sketch(text);
+        let spec = sketched.child("spec").expect("a spec");
+        let shape = super::super::super::sketched_at("/spec").expect("the sketch's spec");
+        let env = union(&[Part::Here(&ENV_OF_CONTAINERS)]);
+        assert_eq!(reread_as::<PodSpec>(spec, shape, env), None);
+        let broken = r#"{"spec": {"containers": [{"name": 7}]}}"#;
+        let sketched = sketch(broken);
+        let spec = sketched.child("spec").expect("a spec");
+        let names = union(&[Part::Here(&CONTAINER_NAMES)]);
+        assert_eq!(reread_as::<PodSpec>(spec, shape, names), None);
+    }
+
+    static ENV_OF_CONTAINERS: Shape = Shape::Fields(&[("containers", &Shape::Items(&ENV))]);
+    static NAME: Shape = Shape::Fields(&[("name", &Shape::All)]);
+    static CONTAINER_NAMES: Shape = Shape::Fields(&[("containers", &Shape::Items(&NAME))]);
+
+    fn operation(op: &str, path: &str) -> PatchOperation {
+        serde_json::from_value(json!({"op": op, "path": path, "value": 1})).expect("an operation")
+    }
+
+    #[test]
+    fn a_patch_of_independent_operations_is_decided_on_the_sketch() {
+        let text = r#"{"metadata": {"name": "p", "annotations": {"podmend.io/agent": "true",
+            "other": "x"}}, "spec": {"nodeName": "n", "tolerations": [{"key": "a"}],
+            "containers": [{"name": "c", "image": "i"}, {"name": "d",
+            "resources": {"requests": {"cpu": "1"}}}]}}"#;
+        let sketched = sketch(text);
+        let decide = |ops: &[(&str, &str)]| {
+            let patch: Vec<_> = ops.iter().map(|(op, path)| operation(op, path)).collect();
+            applies(&sketched, &patch)
+        };
+        let repair = [
+            ("add", "/metadata/annotations/podmend.io~1mutated"),
+            ("remove", "/spec/nodeName"),
+            ("add", "/spec/affinity"),
+            ("replace", "/spec/containers/1/resources/requests/cpu"),
+            ("replace", "/spec/tolerations/0"),
+        ];
+        assert_eq!(decide(&repair), Some(()));
+        // Operations that do not apply, or that this cannot tell of, are left to the object.
+        for undecided in [
+            &[("remove", "/spec/affinity")][..],
+            &[("replace", "/spec/containers/0/resources/requests/cpu")],
+            &[("add", "/spec/containers/2/resources")],
+            &[("add", "/spec/tolerations/1")],
+            &[("remove", "/spec/tolerations/0")],
+            &[("add", "/spec/containers/0/env")],
+            &[("add", "/metadata/uid")],
+            &[
+                ("add", "/spec/affinity"),
+                ("add", "/spec/affinity/nodeAffinity"),
+            ],
+            &[("replace", "/spec/nodeName"), ("remove", "/spec/nodeName")],
+            &[("test", "/spec/nodeName")],
+        ] {
+            assert_eq!(decide(undecided), None, "{undecided:?}");
+        }
     }
 }

@@ -1,0 +1,125 @@
+//! Whether a patch applies to a created object, decided on the object's sketch: what the
+//! check that a repair applies needs, without the object read again. It decides only where it
+//! is sure, and leaves the rest to that check on the object (`None`).
+//!
+//! It is sure of patches whose operations are independent: `add`, `remove` and `replace`,
+//! none at a path another one's passes through or ends at, and no `add` or `remove` at an
+//! item of a list (which moves the items after it). Each such operation applies to the object
+//! as the operations before left it exactly when it applies to the object as sent. That is
+//! the shape of the patches the engine's diffs make for the rules that name what they read.
+
+use std::borrow::Cow;
+use std::iter::Peekable;
+use std::str::Split;
+
+use json_patch::PatchOperation;
+
+use super::super::super::{Keep, OBJECT, Shape, Sketch, array_index};
+use super::super::Scanner;
+use super::in_part;
+
+/// `Some` when every operation of `patch` applies to the object `sketch` sketches; `None`
+/// when one does not, or this cannot tell (see the module's doc).
+pub fn applies(sketch: &Sketch<'_>, patch: &[PatchOperation]) -> Option<()> {
+    let mut paths = Vec::with_capacity(patch.len());
+    for operation in patch {
+        let (path, moves_items) = match operation {
+            PatchOperation::Add(add) => (add.path.as_str(), true),
+            PatchOperation::Remove(remove) => (remove.path.as_str(), true),
+            PatchOperation::Replace(replace) => (replace.path.as_str(), false),
+            _ => return None,
+        };
+        let crossed = paths
+            .iter()
+            .any(|other: &&str| passes_through(path, other) || passes_through(other, path));
+        if crossed {
+            return None;
+        }
+        paths.push(path);
+        let (parent, target) = place(sketch, path)?;
+        let applies = match (parent, target) {
+            (Parent::List, _) if moves_items => false,
+            (Parent::Object, _) if matches!(operation, PatchOperation::Add(_)) => true,
+            (Parent::Object | Parent::List, Target::There) => true,
+            _ => false,
+        };
+        applies.then_some(())?;
+    }
+    Some(())
+}
+
+/// Whether the path `long` passes through or ends at `short`'s end.
+fn passes_through(long: &str, short: &str) -> bool {
+    long.strip_prefix(short)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
+/// What holds a path's last segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Parent {
+    Object,
+    List,
+    /// Not there, or a string, a number, `null`.
+    Neither,
+}
+
+/// Whether a path's last segment names something there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+    There,
+    Missing,
+}
+
+/// Where `path` leads in the object: what holds its last segment, and whether that names
+/// something. `None` when the sketch may lack a part the path passes through or ends at.
+fn place(sketch: &Sketch<'_>, path: &str) -> Option<(Parent, Target)> {
+    let mut segments = path.strip_prefix('/')?.split('/').peekable();
+    place_below(sketch, Some(&OBJECT), &mut segments)
+}
+
+/// [`place`] from `node`, held in part by the sketch with `sketched` (or whole, `None`), for
+/// the `segments` left.
+fn place_below(
+    node: &Sketch<'_>,
+    sketched: Option<&'static Shape>,
+    segments: &mut Peekable<Split<'_, char>>,
+) -> Option<(Parent, Target)> {
+    if let Sketch::Raw(text) = node {
+        // Checked as JSON when the body was read: a sketch of all of it.
+        let whole: Sketch<'_> = Scanner::new(text).whole()?;
+        return place_below(&whole, None, segments);
+    }
+    let segment = unescaped(segments.next()?);
+    let shape = sketched.filter(|shape| in_part(node, shape));
+    let (parent, child, child_shape) = match node {
+        Sketch::Object(members) => {
+            let child_shape = match shape {
+                Some(shape) => Some(shape.field(&segment).filter(|s| !s.is_dropped())?),
+                None => None,
+            };
+            let found = members.iter().rev().find(|(key, _)| *key == segment);
+            (Parent::Object, found.map(|(_, value)| value), child_shape)
+        }
+        Sketch::Array(items) => {
+            let item = array_index(&segment).and_then(|index| items.get(index));
+            (Parent::List, item, shape.and_then(|shape| shape.items()))
+        }
+        _ => (Parent::Neither, None, None),
+    };
+    match (child, segments.peek()) {
+        (Some(_), None) => Some((parent, Target::There)),
+        (None, None) => Some((parent, Target::Missing)),
+        (Some(child), Some(_)) => place_below(child, child_shape, segments),
+        // A path on through what is not there does not apply, here as in the object.
+        (None, Some(_)) => Some((Parent::Neither, Target::Missing)),
+    }
+}
+
+/// A JSON Pointer segment as the key or index it names (RFC 6901: `~1` is `/`, `~0` is `~`).
+fn unescaped(segment: &str) -> Cow<'_, str> {
+    if segment.contains('~') {
+        Cow::Owned(segment.replace("~1", "/").replace("~0", "~"))
+    } else {
+        Cow::Borrowed(segment)
+    }
+}
