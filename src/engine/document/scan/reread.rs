@@ -325,6 +325,8 @@ mod tests {
         for undecided in [
             &[("remove", "/spec/affinity")][..],
             &[("replace", "/spec/containers/0/resources/requests/cpu")],
+            &[("replace", "/spec/containers/1/resources/limits/cpu")],
+            &[("remove", "/spec/containers/1/resources/requests/memory")],
             &[("add", "/spec/containers/2/resources")],
             &[("add", "/spec/tolerations/1")],
             &[("remove", "/spec/tolerations/0")],

@@ -85,9 +85,7 @@ fn place_below(
     segments: &mut Peekable<Split<'_, char>>,
 ) -> Option<(Parent, Target)> {
     if let Sketch::Raw(text) = node {
-        // Checked as JSON when the body was read: a sketch of all of it.
-        let whole: Sketch<'_> = Scanner::new(text).whole()?;
-        return place_below(&whole, None, segments);
+        return place_in_text(text, segments);
     }
     let segment = unescaped(segments.next()?);
     let shape = sketched.filter(|shape| in_part(node, shape));
@@ -112,6 +110,48 @@ fn place_below(
         (Some(child), Some(_)) => place_below(child, child_shape, segments),
         // A path on through what is not there does not apply, here as in the object.
         (None, Some(_)) => Some((Parent::Neither, Target::Missing)),
+    }
+}
+
+/// [`place_below`] in JSON text the sketch kept, checked when the body was read: the scanner
+/// passes over what the path does not go through, building nothing. `None` for a key with
+/// escapes, which the scanner declines.
+fn place_in_text(text: &str, segments: &mut Peekable<Split<'_, char>>) -> Option<(Parent, Target)> {
+    let mut at = 0;
+    loop {
+        let segment = unescaped(segments.next()?);
+        let mut scan = Scanner::starting_at(text, at);
+        // Where the value the segment names starts; a key written twice, at its last.
+        let mut found = None;
+        let parent = match scan.peek()? {
+            b'{' => {
+                scan.object(|scan, key| {
+                    if key == segment {
+                        found = Some(scan.position());
+                    }
+                    scan.pass_over()
+                })?;
+                Parent::Object
+            }
+            b'[' => {
+                let (wanted, mut index) = (array_index(&segment), 0);
+                scan.array(|scan| {
+                    if wanted == Some(index) {
+                        found = Some(scan.position());
+                    }
+                    index += 1;
+                    scan.pass_over()
+                })?;
+                Parent::List
+            }
+            _ => Parent::Neither,
+        };
+        match (found, segments.peek()) {
+            (Some(_), None) => return Some((parent, Target::There)),
+            (None, None) => return Some((parent, Target::Missing)),
+            (Some(start), Some(_)) => at = start,
+            (None, Some(_)) => return Some((Parent::Neither, Target::Missing)),
+        }
     }
 }
 
