@@ -459,10 +459,10 @@ impl Engine {
     }
 
     /// The repair of a created object by rules that each name what they read, from its
-    /// sketch alone: the spec read from it in those parts, the patches checked against the
-    /// parts of the object they pass through. The object is never read again. `None` when the
-    /// sketch lacks a part this needs, or the spec does not decode from it: the caller reads
-    /// the object, and decides (and words any error) as before.
+    /// sketch alone: the spec read from it in those parts, the patches checked on it. The
+    /// object is never read again. `None` when the sketch lacks a part this needs, the spec
+    /// does not decode from it, or the check cannot tell: the caller reads the object, and
+    /// decides (and words any error) as before.
     fn repair_sketched(
         &self,
         active: &run::Active<'_>,
