@@ -1,8 +1,8 @@
 //! The second read straight into the rules' type: what [`super::reread`] builds of a pod spec
-//! as a `Value`, deserialized from the sketch'de nodes and its kept JSON text, with no `Value`
+//! as a `Value`, deserialized from the sketch's nodes and its kept JSON text, with no `Value`
 //! between. The `Value` cost more to build and to drop than the `PodSpec` read from it.
 //!
-//! Each step is `reread`'de: a part the sketch holds only in part is read with its shape, one
+//! Each step is `reread`'s: a part the sketch holds only in part is read with its shape, one
 //! it holds whole is shaped as `keep` keeps it, and a part it lacks stops the read (`None`:
 //! the caller reads the way it did before). So does any error, which that way is worded as
 //! before. A key written twice is read once, with its last value, as a `Value` keeps it.
@@ -15,7 +15,7 @@ use super::super::super::{Keep, Shape, Sketch, Union};
 use super::{holds_fields, in_part};
 
 /// `node`, sketched with `sketched`, with the parts `keep` keeps, as a `T`: what
-/// `T::deserialize` reads of [`super::reread`]'de `Value` of it. `None` when the sketch lacks a
+/// `T::deserialize` reads of [`super::reread`]'s `Value` of it. `None` when the sketch lacks a
 /// part `keep` reads, or the parts do not make a `T`.
 pub fn reread_as<'de, T: Deserialize<'de>>(
     node: &'de Sketch<'de>,
@@ -29,7 +29,7 @@ pub fn reread_as<'de, T: Deserialize<'de>>(
     .ok()
 }
 
-/// How much of a node is read: as `reread`'de `read` (the sketch may hold it in part), as its
+/// How much of a node is read: as `reread`'s `read` (the sketch may hold it in part), as its
 /// `shaped` (the sketch holds it whole, `keep` keeps some of it), or all of it.
 #[derive(Clone, Copy)]
 enum Read {
@@ -46,17 +46,17 @@ struct Node<'de> {
 
 /// What a node reads as, once its shapes decided.
 enum Resolved<'de> {
-    /// An object'de members, each read as the function says; `None` for a member not kept.
+    /// An object's members, each read as `Members` says.
     Object(&'de [(std::borrow::Cow<'de, str>, Sketch<'de>)], Members),
     Array(&'de [Sketch<'de>], Read),
     /// A value read as it is: a scalar, or JSON text.
     Leaf(&'de Sketch<'de>),
 }
 
-/// How an object'de members are read.
+/// How an object's members are read.
 #[derive(Clone, Copy)]
 enum Members {
-    /// With the sketch'de shape of each (the object is held in part).
+    /// With the sketch's shape of each (the object is held in part).
     Part(&'static Shape, Union),
     Shaped(Union),
     Whole,
@@ -85,7 +85,7 @@ fn lacks() -> serde_json::Error {
 }
 
 impl<'de> Node<'de> {
-    /// `reread`'de `read` and `shaped`, one level.
+    /// `reread`'s `read` and `shaped`, one level.
     fn resolve(self) -> Result<Resolved<'de>, serde_json::Error> {
         let read = match self.read {
             Read::Part(sketched, keep) if !in_part(self.node, sketched) => Read::Shaped(keep),
@@ -188,7 +188,7 @@ impl<'de> Deserializer<'de> for Node<'de> {
     }
 }
 
-/// An object'de kept members; a key written twice is read at its last.
+/// An object's kept members; a key written twice is read at its last.
 struct Fields<'de> {
     members: &'de [(std::borrow::Cow<'de, str>, Sketch<'de>)],
     read: Members,
