@@ -340,19 +340,45 @@ pub(crate) mod tests {
         }
     }
 
-    /// What the text format writes, in colour or not, at [`FixedTime`], of what `log` logs.
-    pub(crate) fn text_of(ansi: bool, log: impl FnOnce()) -> String {
+    /// A tracing-subscriber format subscriber at every level, in colour or not, writing into a
+    /// [`Sink`]: what a test finishes with the format it checks.
+    pub(crate) type SinkBuilder = tracing_subscriber::fmt::SubscriberBuilder<
+        tracing_subscriber::fmt::format::DefaultFields,
+        tracing_subscriber::fmt::format::Format,
+        tracing_subscriber::filter::LevelFilter,
+        tracing_subscriber::fmt::writer::BoxMakeWriter,
+    >;
+
+    /// What the subscriber `finish` makes of a [`SinkBuilder`] writes of what `log` logs.
+    pub(crate) fn written_by<S>(
+        ansi: bool,
+        finish: impl FnOnce(SinkBuilder) -> S,
+        log: impl FnOnce(),
+    ) -> String
+    where
+        S: tracing::Subscriber + Send + Sync + 'static,
+    {
         let sink = Sink::default();
         let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
+        let builder = tracing_subscriber::fmt()
+            .with_writer(tracing_subscriber::fmt::writer::BoxMakeWriter::new(
+                move || writer.clone(),
+            ))
             .with_ansi(ansi)
-            .with_max_level(Level::TRACE)
-            .event_format(TextLine::with_timer(FixedTime))
-            .fmt_fields(TextFields)
-            .finish();
-        tracing::subscriber::with_default(subscriber, log);
+            .with_max_level(Level::TRACE);
+        tracing::subscriber::with_default(finish(builder), log);
         sink.text()
+    }
+
+    /// What the text format writes, in colour or not, at [`FixedTime`], of what `log` logs.
+    pub(crate) fn text_of(ansi: bool, log: impl FnOnce()) -> String {
+        let ours = |builder: SinkBuilder| {
+            builder
+                .event_format(TextLine::with_timer(FixedTime))
+                .fmt_fields(TextFields)
+                .finish()
+        };
+        written_by(ansi, ours, log)
     }
 
     /// The line [`write_plain_line`] writes, at [`FixedTime`]; `None` when it writes none.

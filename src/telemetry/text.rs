@@ -510,7 +510,7 @@ impl Drop for TextVisitor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::telemetry::tests::{FixedTime, Sink, text_of};
+    use crate::telemetry::tests::{FixedTime, SinkBuilder, text_of, written_by};
 
     #[test]
     fn second_prefixes_follow_the_calendar_across_leap_days_and_centuries() {
@@ -629,16 +629,8 @@ mod tests {
         if ours {
             return text_of(ansi, log_some_events);
         }
-        let sink = Sink::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(ansi)
-            .with_max_level(Level::TRACE)
-            .with_timer(FixedTime)
-            .finish();
-        tracing::subscriber::with_default(subscriber, log_some_events);
-        sink.text()
+        let theirs = |builder: SinkBuilder| builder.with_timer(FixedTime).finish();
+        written_by(ansi, theirs, log_some_events)
     }
 
     #[test]
