@@ -614,6 +614,9 @@ fn string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
         at = plain_end(bytes, at);
         match *bytes.get(at)? {
             b'"' => return Some(at + 1),
+            // An escaped quote, the escape of JSON kept in a string (`last-applied-configuration`,
+            // `managedFields`' keys), without a call; the others are rarer.
+            b'\\' if bytes.get(at + 1) == Some(&b'"') => at += 2,
             b'\\' => at = escape_end(bytes, at)?,
             // A control character: JSON requires it escaped.
             _ => return None,
@@ -865,6 +868,30 @@ mod tests {
                 let sketch = sketched_by_scan(&text).expect("reads");
                 assert_eq!(Some(sketch), sketched_by_serde(&text), "{text}");
             }
+        }
+    }
+
+    #[test]
+    fn json_kept_in_a_skipped_string_is_read_escape_by_escape_as_serde_json_reads_it() {
+        // Quotes escaped one after another, as `last-applied-configuration` and
+        // `managedFields`' keys have them, next to every other escape.
+        for content in [
+            r#"{\"apiVersion\":\"v1\",\"kind\":\"Pod\"}\n"#,
+            r#"k:{\"name\":\"app\"}"#,
+            r#"\"\"\"\"\\\"\/\u00e9\""#,
+        ] {
+            let text = format!(r#"{{"spec": {{"y": "{content}", "z": 1}}}}"#);
+            let sketch = sketched_by_scan(&text).expect("reads");
+            assert_eq!(Some(sketch), sketched_by_serde(&text), "{text}");
+        }
+        // After escaped quotes: an escape JSON does not have, a lone surrogate, a string the
+        // last escaped quote leaves open.
+        for text in [
+            r#"{"spec": {"y": "\"\"\x"}}"#,
+            r#"{"spec": {"y": "\"\ud800\""}}"#,
+            r#"{"spec": {"y": "\"\"}}"#,
+        ] {
+            assert_eq!(sketched_by_scan(text), None, "read {text}");
         }
     }
 
