@@ -130,13 +130,16 @@ impl AgentRequests {
             let changed = self.repair_resources(spec, &original, &resources, ranges);
             // A Pod LimitRange's floor the pod met and the repair cannot (the containers that
             // ran have no room left below their limits): that resource is left as it was, or
-            // the LimitRanger would refuse the pod.
+            // the LimitRanger would refuse the pod. So is one whose containers, raised to a
+            // Container LimitRange's floor, ask for more than the pod-level limit holds: the
+            // pod is then invalid, and the LimitRanger's refusal says what is wrong.
             let unmet: Vec<&str> = resources
                 .iter()
                 .copied()
                 .filter(|name| {
-                    below_pod_floor(spec, name, &pod_ranges)
-                        && !below_pod_floor(&original, name, &pod_ranges)
+                    let below = |spec: &PodSpec| below_pod_floor(spec, name, &pod_ranges);
+                    let over = |spec: &PodSpec| over_pod_limit(spec, name);
+                    (below(spec) && !below(&original)) || (over(spec) && !over(&original))
                 })
                 .collect();
             if unmet.is_empty() {
@@ -639,6 +642,18 @@ fn below_pod_floor(spec: &PodSpec, name: &str, pod_ranges: &[LimitRangeItem]) ->
     let limit = aggregate(spec, name, container_limit);
     let floor = limit_range_floor(name, (limit > 0).then_some(limit), pod_ranges);
     aggregate(spec, name, container_request) < floor
+}
+
+/// Whether the containers' aggregate request of `name` is above the pod-level limit, which
+/// the pod-level request may not exceed nor fall below that aggregate
+/// (`validatePodResourceConsistency`): no pod-level request is then valid.
+fn over_pod_limit(spec: &PodSpec, name: &str) -> bool {
+    let limit = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref()?.get(name))
+        .and_then(|limit| quantity::parse_milli(&limit.0));
+    limit.is_some_and(|limit| aggregate_container_requests(spec, name) > limit)
 }
 
 fn aggregate_container_requests(spec: &PodSpec, name: &str) -> Milli {
@@ -1272,6 +1287,34 @@ mod tests {
             &cluster,
         );
         assert_eq!(after["resources"], json!({"requests": {"cpu": "50m"}}));
+    }
+
+    #[test]
+    fn a_container_floor_the_pod_level_limit_cannot_hold_is_left_to_the_limit_ranger() {
+        // Raising the request to the LimitRange's 16Mi would ask for more than the pod's limit
+        // of 0: no pod-level request is then valid. Memory stays as it was; cpu is repaired
+        // (its lone request copied into the limit first, as by default).
+        let cluster = ci_limit_ranges(json!([{"type": "Container", "min": {"memory": "16Mi"}}]));
+        let spec = json!({
+            "containers": [{"name": "a", "resources": {"requests": {"memory": "0", "cpu": "1"}}}],
+            "resources": {"limits": {"memory": "0"}}
+        });
+        let (after, messages) = run(
+            AgentRequestsConfig::default(),
+            spec,
+            &agent_meta(),
+            &cluster,
+        );
+        assert_eq!(
+            after["containers"][0]["resources"],
+            json!({"requests": {"memory": "0", "cpu": "0"}, "limits": {"cpu": "1"}})
+        );
+        assert_eq!(
+            after["resources"],
+            json!({"limits": {"memory": "0"}}),
+            "{messages:?}"
+        );
+        assert!(!messages.is_empty());
     }
 
     #[test]
