@@ -810,13 +810,13 @@ mod tests {
         (serde_json::to_value(&pod).expect("serializes"), messages)
     }
 
+    /// [`run`] with the default config, on an agent pod, in `cluster`.
+    fn repair_in(cluster: &StaticCluster, spec: Value) -> (Value, Vec<String>) {
+        run(AgentRequestsConfig::default(), spec, &agent_meta(), cluster)
+    }
+
     fn repair(spec: Value) -> (Value, Vec<String>) {
-        run(
-            AgentRequestsConfig::default(),
-            spec,
-            &agent_meta(),
-            &StaticCluster::empty(),
-        )
+        repair_in(&StaticCluster::empty(), spec)
     }
 
     fn with_resources(resources: Value) -> Value {
@@ -858,12 +858,7 @@ mod tests {
         let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "300m"}}]));
         let spec = json!({"containers": [guard.clone(),
             {"name": "jnlp", "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1"}}}]});
-        let (after, _) = run(
-            AgentRequestsConfig::default(),
-            spec,
-            &agent_meta(),
-            &cluster,
-        );
+        let (after, _) = repair_in(&cluster, spec);
         assert_eq!(after["containers"][0]["resources"], guard["resources"]);
         assert_eq!(
             after["containers"][1]["resources"]["requests"]["cpu"],
@@ -1037,13 +1032,11 @@ mod tests {
         let cluster = ci_limit_ranges(
             json!([{"type": "Container", "min": {"cpu": "100m", "memory": "64Mi"}}]),
         );
-        let (after, messages) = run(
-            AgentRequestsConfig::default(),
+        let (after, messages) = repair_in(
+            &cluster,
             with_resources(
                 json!({"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}),
             ),
-            &agent_meta(),
-            &cluster,
         );
         assert_eq!(
             after["containers"][0]["resources"]["requests"],
@@ -1060,13 +1053,11 @@ mod tests {
         let cluster = ci_limit_ranges(
             json!([{"type": "Container", "maxLimitRequestRatio": {"cpu": "4", "memory": "3"}}]),
         );
-        let (after, _) = run(
-            AgentRequestsConfig::default(),
+        let (after, _) = repair_in(
+            &cluster,
             with_resources(
                 json!({"requests": {"cpu": "1", "memory": "100"}, "limits": {"cpu": "1", "memory": "100"}}),
             ),
-            &agent_meta(),
-            &cluster,
         );
         // cpu: 1000m / 4 = 250m exactly; memory: 100 bytes / 3 = 33.3 → 34 bytes.
         assert_eq!(
@@ -1079,14 +1070,12 @@ mod tests {
     fn a_pod_limit_range_minimum_is_met_by_the_first_container() {
         let cluster =
             ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "5m", "memory": "5Mi"}}]));
-        let (after, messages) = run(
-            AgentRequestsConfig::default(),
+        let (after, messages) = repair_in(
+            &cluster,
             json!({"containers": [
                 {"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1", "memory": "1Gi"}}},
                 {"name": "b", "resources": {"limits": {"cpu": "1"}}}
             ]}),
-            &agent_meta(),
-            &cluster,
         );
         assert_eq!(
             after["containers"][0]["resources"]["requests"],
@@ -1100,12 +1089,7 @@ mod tests {
             messages.iter().any(|m| m.contains("LimitRange")),
             "{messages:?}"
         );
-        let (again, messages) = run(
-            AgentRequestsConfig::default(),
-            after.clone(),
-            &agent_meta(),
-            &cluster,
-        );
+        let (again, messages) = repair_in(&cluster, after.clone());
         assert!(messages.is_empty(), "{messages:?}");
         assert_eq!(again, after);
     }
@@ -1121,23 +1105,13 @@ mod tests {
             {"type": "Pod", "min": {"cpu": "100m"}}
         ]));
         let spec = json!({"containers": [{"name": "a", "image": "busybox"}]});
-        let (after, messages) = run(
-            AgentRequestsConfig::default(),
-            spec,
-            &agent_meta(),
-            &cluster,
-        );
+        let (after, messages) = repair_in(&cluster, spec);
         assert_eq!(
             after["containers"][0]["resources"],
             json!({"requests": {"cpu": "200m"}}),
             "{messages:?}"
         );
-        let (again, messages) = run(
-            AgentRequestsConfig::default(),
-            after.clone(),
-            &agent_meta(),
-            &cluster,
-        );
+        let (again, messages) = repair_in(&cluster, after.clone());
         assert!(messages.is_empty(), "{messages:?}");
         assert_eq!(again, after);
     }
@@ -1153,12 +1127,7 @@ mod tests {
             "containers": [{"name": "app", "resources": {
                 "requests": {"cpu": "0"}, "limits": {"cpu": "0"}}}]
         });
-        let (after, messages) = run(
-            AgentRequestsConfig::default(),
-            spec.clone(),
-            &agent_meta(),
-            &cluster,
-        );
+        let (after, messages) = repair_in(&cluster, spec.clone());
         let init = &after["initContainers"][0]["resources"];
         assert_eq!(init["requests"]["cpu"], "500m", "{after:#}");
         // Memory, which no floor holds up, is still repaired, and only memory is reported.
@@ -1174,14 +1143,12 @@ mod tests {
     #[test]
     fn a_pod_limit_range_minimum_is_shared_out_within_each_container_limit() {
         let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
-        let (after, _) = run(
-            AgentRequestsConfig::default(),
+        let (after, _) = repair_in(
+            &cluster,
             json!({"containers": [
                 {"name": "a", "resources": {"requests": {"cpu": "40m"}, "limits": {"cpu": "40m"}}},
                 {"name": "b", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}
             ]}),
-            &agent_meta(),
-            &cluster,
         );
         assert_eq!(
             after["containers"][0]["resources"]["requests"],
@@ -1191,12 +1158,7 @@ mod tests {
             after["containers"][1]["resources"]["requests"],
             json!({"cpu": "60m"})
         );
-        let (again, messages) = run(
-            AgentRequestsConfig::default(),
-            after.clone(),
-            &agent_meta(),
-            &cluster,
-        );
+        let (again, messages) = repair_in(&cluster, after.clone());
         assert!(messages.is_empty(), "{messages:?}");
         assert_eq!(again, after);
     }
@@ -1204,11 +1166,9 @@ mod tests {
     #[test]
     fn a_limit_range_minimum_above_the_limit_leaves_the_request_at_the_limit() {
         let cluster = ci_limit_ranges(json!([{"type": "Container", "min": {"cpu": "200m"}}]));
-        let (after, _) = run(
-            AgentRequestsConfig::default(),
-            with_resources(json!({"requests": {"cpu": "50m"}, "limits": {"cpu": "50m"}})),
-            &agent_meta(),
+        let (after, _) = repair_in(
             &cluster,
+            with_resources(json!({"requests": {"cpu": "50m"}, "limits": {"cpu": "50m"}})),
         );
         assert_eq!(
             after["containers"][0]["resources"]["requests"],
@@ -1219,22 +1179,15 @@ mod tests {
     #[test]
     fn a_request_given_back_in_full_for_a_pod_limit_range_gets_no_limit_and_stays() {
         let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
-        let (after, _) = run(
-            AgentRequestsConfig::default(),
-            json!({"containers": [{"name": "a", "resources": {}}]}),
-            &agent_meta(),
+        let (after, _) = repair_in(
             &cluster,
+            json!({"containers": [{"name": "a", "resources": {}}]}),
         );
         assert_eq!(
             after["containers"][0]["resources"],
             json!({"requests": {"cpu": "100m"}})
         );
-        let (again, messages) = run(
-            AgentRequestsConfig::default(),
-            after.clone(),
-            &agent_meta(),
-            &cluster,
-        );
+        let (again, messages) = repair_in(&cluster, after.clone());
         assert!(messages.is_empty(), "{messages:?}");
         assert_eq!(again, after);
     }
@@ -1255,14 +1208,12 @@ mod tests {
     #[test]
     fn a_pod_limit_range_minimum_is_met_by_the_pod_level_request_when_there_is_one() {
         let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
-        let (after, _) = run(
-            AgentRequestsConfig::default(),
+        let (after, _) = repair_in(
+            &cluster,
             json!({
                 "containers": [{"name": "a", "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}}}],
                 "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "2"}}
             }),
-            &agent_meta(),
-            &cluster,
         );
         assert_eq!(
             after["containers"][0]["resources"]["requests"],
@@ -1277,14 +1228,12 @@ mod tests {
     #[test]
     fn a_pod_level_request_stays_within_the_limit_defaulting_will_give_the_pod() {
         let cluster = ci_limit_ranges(json!([{"type": "Pod", "min": {"cpu": "100m"}}]));
-        let (after, _) = run(
-            AgentRequestsConfig::default(),
+        let (after, _) = repair_in(
+            &cluster,
             json!({
                 "containers": [{"name": "a", "resources": {"requests": {"cpu": "0"}, "limits": {"cpu": "50m"}}}],
                 "resources": {"requests": {"cpu": "50m"}}
             }),
-            &agent_meta(),
-            &cluster,
         );
         assert_eq!(after["resources"], json!({"requests": {"cpu": "50m"}}));
     }
@@ -1299,12 +1248,7 @@ mod tests {
             "containers": [{"name": "a", "resources": {"requests": {"memory": "0", "cpu": "1"}}}],
             "resources": {"limits": {"memory": "0"}}
         });
-        let (after, messages) = run(
-            AgentRequestsConfig::default(),
-            spec,
-            &agent_meta(),
-            &cluster,
-        );
+        let (after, messages) = repair_in(&cluster, spec);
         assert_eq!(
             after["containers"][0]["resources"],
             json!({"requests": {"memory": "0", "cpu": "0"}, "limits": {"cpu": "1"}})
@@ -1321,11 +1265,9 @@ mod tests {
     fn limit_ranges_of_other_types_do_not_apply_to_containers() {
         let cluster =
             ci_limit_ranges(json!([{"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}]));
-        let (after, _) = run(
-            AgentRequestsConfig::default(),
-            with_resources(json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})),
-            &agent_meta(),
+        let (after, _) = repair_in(
             &cluster,
+            with_resources(json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}})),
         );
         assert_eq!(
             after["containers"][0]["resources"]["requests"],
