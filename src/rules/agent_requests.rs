@@ -422,8 +422,7 @@ fn add_to_container_requests(
         let limit = container
             .resources
             .as_ref()
-            .and_then(|r| r.limits.as_ref()?.get(name))
-            .and_then(|q| quantity::parse_milli(&q.0));
+            .and_then(|r| limit_milli(r, name));
         let room = limit.map_or(missing, |limit| (limit - request).max(0));
         let added = room.min(missing);
         if added <= 0 {
@@ -587,6 +586,14 @@ fn request_milli(resources: &ResourceRequirements, name: &str) -> Option<Milli> 
         .and_then(|q| quantity::parse_milli(&q.0))
 }
 
+fn limit_milli(resources: &ResourceRequirements, name: &str) -> Option<Milli> {
+    resources
+        .limits
+        .as_ref()
+        .and_then(|l| l.get(name))
+        .and_then(|q| quantity::parse_milli(&q.0))
+}
+
 fn container_request(container: &Container, name: &str) -> Milli {
     container
         .resources
@@ -599,8 +606,7 @@ fn container_limit(container: &Container, name: &str) -> Milli {
     container
         .resources
         .as_ref()
-        .and_then(|r| r.limits.as_ref()?.get(name))
-        .and_then(|q| quantity::parse_milli(&q.0))
+        .and_then(|r| limit_milli(r, name))
         .unwrap_or(0)
 }
 
@@ -648,11 +654,7 @@ fn below_pod_floor(spec: &PodSpec, name: &str, pod_ranges: &[LimitRangeItem]) ->
 /// the pod-level request may not exceed nor fall below that aggregate
 /// (`validatePodResourceConsistency`): no pod-level request is then valid.
 fn over_pod_limit(spec: &PodSpec, name: &str) -> bool {
-    let limit = spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.limits.as_ref()?.get(name))
-        .and_then(|limit| quantity::parse_milli(&limit.0));
+    let limit = spec.resources.as_ref().and_then(|r| limit_milli(r, name));
     limit.is_some_and(|limit| aggregate_container_requests(spec, name) > limit)
 }
 
