@@ -14,6 +14,7 @@
 mod common;
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use common::dind::{all_containers, argv, container, fixture_pod, guard, under};
 use common::dockerd::{INSTALL_HINT, docker_cli, find_program, run, text};
-use common::net::free_port;
+use common::net::{free_port, http_get};
 use common::server::BIN;
 use podmend::cluster::StaticCluster;
 use podmend::config::Config;
@@ -306,10 +307,44 @@ fn podmend_listen(spec: &Value) -> Vec<String> {
 }
 
 /// Starts the real guard with the rule's arguments: paths moved into the root, TCP listeners
-/// and the health port on free loopback ports. Returns it and each TCP port's new number.
+/// and the health port on free loopback ports. Returns it and each TCP port's new number. A
+/// port picked free can be taken by another test's process before the guard binds it; the
+/// guard then exits saying so, and it is started again on other ports, as the test server is.
 fn start_guard(moved: &Moved, owner: &str) -> (Process, Vec<(u16, u16)>) {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let (mut guard, ports, health) = spawn_guard(moved, owner);
+        let Some(health) = health else {
+            return (guard, ports);
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while guard.running() && Instant::now() < deadline {
+            let answer = http_get(
+                health,
+                "/healthz",
+                Duration::from_secs(1),
+                Duration::from_secs(2),
+            );
+            if answer.is_ok_and(|(status, _)| status == 200) && guard.running() {
+                return (guard, ports);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let log = guard.log();
+        assert!(
+            log.contains("Address already in use") && attempts < 5,
+            "podmend guard did not bind its listeners; its log:\n{log}"
+        );
+    }
+}
+
+/// [`start_guard`]'s one attempt: the guard, each TCP port's new number, and its health
+/// port (`None` when the rule gives it none).
+fn spawn_guard(moved: &Moved, owner: &str) -> (Process, Vec<(u16, u16)>, Option<SocketAddr>) {
     let root = moved.root.path();
     let mut ports = Vec::new();
+    let mut health = None;
     let args: Vec<String> = common::dind::args(guard(&moved.spec))
         .into_iter()
         .map(|arg| {
@@ -323,7 +358,9 @@ fn start_guard(moved: &Moved, owner: &str) -> (Process, Vec<(u16, u16)>) {
                 ports.push((old, new));
                 format!("--listen=tcp://127.0.0.1:{new}")
             } else if arg.starts_with("--metrics-listen=") {
-                format!("--metrics-listen={}", free_port())
+                let address = free_port();
+                health = Some(address);
+                format!("--metrics-listen={address}")
             } else {
                 remap(&arg, root)
             }
@@ -339,14 +376,12 @@ fn start_guard(moved: &Moved, owner: &str) -> (Process, Vec<(u16, u16)>) {
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
         .expect("start podmend guard");
-    (
-        Process {
-            child,
-            name: "podmend guard",
-            log,
-        },
-        ports,
-    )
+    let guard = Process {
+        child,
+        name: "podmend guard",
+        log,
+    };
+    (guard, ports, health)
 }
 
 /// A one-file image, imported straight into the daemon (create needs an image, not a
