@@ -127,6 +127,70 @@ async fn a_pod_with_node_name_comes_back_with_required_node_affinity() {
     assert_idempotent(&server, &applied.object).await;
 }
 
+/// How many review helpers `serve` started, from the line that says it is serving.
+fn review_helpers(server: &Server) -> usize {
+    let log = server.log_once(|log| log.contains("review_helpers"));
+    let (_, after) = log
+        .split_once("review_helpers")
+        .unwrap_or_else(|| panic!("no review_helpers in the serving line:\n{log}"));
+    let digits: String = after
+        .trim_start_matches(|c: char| !c.is_ascii_digit())
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().expect("review_helpers is a number")
+}
+
+#[tokio::test]
+async fn reviews_handed_to_a_review_helper_get_the_answers_the_worker_gives() {
+    let server = Server::start(Options::default());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(
+        review_helpers(&server),
+        cores / 2,
+        "one helper per two cores"
+    );
+    let untouched = gke_pod();
+    let mut pinned = gke_pod();
+    pinned["request"]["object"]["spec"]["nodeName"] = json!("gke-node-1");
+    // Each answered first after an untouched pod, by the worker that read it.
+    let untouched_answer = post(&server, H1, "/mutate", &untouched).await;
+    let pinned_answer = post(&server, H1, "/mutate", &pinned).await;
+    assert_ne!(untouched_answer.1, pinned_answer.1);
+    // After a repair the next review goes to a free helper (with two cores or more), after an
+    // untouched pod it stays where it was read: these take both ways, one at a time and then
+    // sixteen at once, over HTTP/2.
+    for (review, expected) in [
+        (&pinned, &pinned_answer),
+        (&untouched, &untouched_answer),
+        (&pinned, &pinned_answer),
+        (&pinned, &pinned_answer),
+        (&untouched, &untouched_answer),
+        (&untouched, &untouched_answer),
+    ] {
+        let answer = post(&server, H1, "/mutate", review).await;
+        assert_eq!(&answer, expected);
+    }
+    let together = futures::future::join_all((0..16).map(|i| {
+        post(
+            &server,
+            H2,
+            "/mutate",
+            if i % 3 == 0 { &untouched } else { &pinned },
+        )
+    }))
+    .await;
+    for (i, answer) in together.iter().enumerate() {
+        let expected = if i % 3 == 0 {
+            &untouched_answer
+        } else {
+            &pinned_answer
+        };
+        assert_eq!(answer.0, expected.0);
+        assert_eq!(answer.1, expected.1);
+    }
+}
+
 #[tokio::test]
 async fn a_jenkins_agent_keeps_its_limits_and_gets_zero_requests() {
     let server = Server::start(Options::default());

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt as _;
 use tracing::Level;
 
+use super::helpers::Helpers;
 use super::{AppState, MAX_BODY_BYTES};
 use crate::admission::{self, AdmissionDecision, AdmissionError, Webhook};
 use crate::config::Mode;
@@ -27,12 +28,20 @@ const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// it gets to read the answer instead of a connection reset; past this, the connection closes.
 const DISCARD_LIMIT: usize = 2 * MAX_BODY_BYTES;
 
-pub async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    answer(&state, Webhook::Mutate, request).await
+pub(super) async fn mutate(
+    State(state): State<Arc<AppState>>,
+    helpers: &Helpers,
+    request: Request,
+) -> Response {
+    answer(state, helpers, Webhook::Mutate, request).await
 }
 
-pub async fn validate(State(state): State<Arc<AppState>>, request: Request) -> Response {
-    answer(&state, Webhook::Validate, request).await
+pub(super) async fn validate(
+    State(state): State<Arc<AppState>>,
+    helpers: &Helpers,
+    request: Request,
+) -> Response {
+    answer(state, helpers, Webhook::Validate, request).await
 }
 
 /// `GET /mutate` and the like: the webhook paths only take POST.
@@ -100,31 +109,70 @@ pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn answer(state: &AppState, webhook: Webhook, request: Request) -> Response {
+async fn answer(
+    state: Arc<AppState>,
+    helpers: &Helpers,
+    webhook: Webhook,
+    request: Request,
+) -> Response {
     let (parts, body) = request.into_parts();
-    let body = match receive(state, &parts.headers, body).await {
+    let body = match receive(&state, &parts.headers, body).await {
         Ok(body) => body,
         Err(refused) => return refused,
     };
     let started = Instant::now();
+    let reviewer = state.clone();
+    match helpers
+        .run(move || review_caught(&reviewer, webhook, &body, started))
+        .await
+    {
+        Some(Answer {
+            response,
+            rules_acted,
+        }) => {
+            helpers.rules_acted(rules_acted);
+            response
+        }
+        None => internal_error(&state, webhook),
+    }
+}
+
+/// What a review answered, and whether a rule found something (the review then took more
+/// than the sketch, which [`Helpers`] goes by).
+struct Answer {
+    response: Response,
+    rules_acted: bool,
+}
+
+/// [`review`], with every error answered: a 400 that says what was wrong, or a 500 if the
+/// review panicked.
+fn review_caught(state: &AppState, webhook: Webhook, body: &[u8], started: Instant) -> Answer {
     // The engine does not panic on any input we know of; if it ever does, the caller
     // still gets a clean answer and the process keeps serving.
-    match std::panic::catch_unwind(AssertUnwindSafe(|| review(state, webhook, &body, started))) {
-        Ok(Ok(response)) => response,
+    let response = match std::panic::catch_unwind(AssertUnwindSafe(|| {
+        review(state, webhook, body, started)
+    })) {
+        Ok(Ok(answer)) => return answer,
         Ok(Err(error)) => {
             let (reason, message) = explain(&error);
             state.metrics.bad_request(reason);
             refuse(StatusCode::BAD_REQUEST, &message)
         }
-        Err(_) => {
-            state.metrics.bad_request("internal-error");
-            tracing::error!(webhook = webhook.as_str(), "review panicked; answered 500");
-            refuse(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "internal error while reviewing; see podmend's log",
-            )
-        }
+        Err(_) => internal_error(state, webhook),
+    };
+    Answer {
+        response,
+        rules_acted: false,
     }
+}
+
+fn internal_error(state: &AppState, webhook: Webhook) -> Response {
+    state.metrics.bad_request("internal-error");
+    tracing::error!(webhook = webhook.as_str(), "review panicked; answered 500");
+    refuse(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal error while reviewing; see podmend's log",
+    )
 }
 
 /// The body of a review, or the refusal (counted) of one podmend will not read: not JSON,
@@ -252,7 +300,7 @@ fn review(
     webhook: Webhook,
     body: &[u8],
     started: Instant,
-) -> Result<Response, AdmissionError> {
+) -> Result<Answer, AdmissionError> {
     let request = admission::decode(body)?;
     let engine = state.engine();
     let outcome = engine.review_raw(&request.subject(), state.cluster.as_ref());
@@ -301,7 +349,10 @@ fn review(
         duration_us: elapsed.as_micros() as u64,
     }
     .log();
-    Ok(([(header::CONTENT_TYPE, "application/json")], encoded).into_response())
+    Ok(Answer {
+        response: ([(header::CONTENT_TYPE, "application/json")], encoded).into_response(),
+        rules_acted: !outcome.findings.is_empty(),
+    })
 }
 
 /// The one log line of an admission decision, at `info`, with this module's target

@@ -9,6 +9,7 @@
 
 mod answers_together;
 pub mod handlers;
+mod helpers;
 mod listener;
 pub mod paths;
 mod reload;
@@ -59,8 +60,8 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error(
-        "cannot start the webhook's worker threads (one thread and event loop per CPU the \
-         process may use): {0}; raise the process's thread and open-file limits (ulimit -u, \
+        "cannot start the webhook's threads (a worker with its event loop and a review helper \
+         per two CPUs the process may use): {0}; raise the process's thread and open-file limits (ulimit -u, \
          ulimit -n, or the container's pids limit), or give it fewer CPUs"
     )]
     Workers(#[source] std::io::Error),
@@ -166,16 +167,18 @@ impl AppState {
 #[derive(Clone)]
 pub struct WebhookRoutes {
     state: Arc<AppState>,
+    helpers: Arc<helpers::Helpers>,
     null_route: bool,
 }
 
 impl WebhookRoutes {
-    pub fn new(state: Arc<AppState>, benchmark_null_route: bool) -> Self {
+    fn new(state: Arc<AppState>, helpers: helpers::Helpers, benchmark_null_route: bool) -> Self {
         if benchmark_null_route {
             tracing::warn!("serving the benchmark's null webhook on {}", paths::NULL);
         }
         Self {
             state,
+            helpers: Arc::new(helpers),
             null_route: benchmark_null_route,
         }
     }
@@ -185,8 +188,8 @@ impl WebhookRoutes {
         let post = request.method() == Method::POST;
         let state = State(self.state);
         match request.uri().path() {
-            paths::MUTATE if post => handlers::mutate(state, request).await,
-            paths::VALIDATE if post => handlers::validate(state, request).await,
+            paths::MUTATE if post => handlers::mutate(state, &self.helpers, request).await,
+            paths::VALIDATE if post => handlers::validate(state, &self.helpers, request).await,
             paths::NULL if self.null_route && post => handlers::null(request).await,
             paths::MUTATE | paths::VALIDATE => handlers::wrong_method(state).await,
             paths::NULL if self.null_route => handlers::wrong_method(state).await,
@@ -238,13 +241,13 @@ pub async fn serve(
     let renewals =
         self_tls.map(|self_tls| reload::spawn_renewals(self_tls, certs.clone(), state.clone()));
 
-    let workers = workers::Workers::per_core().map_err(ServeError::Workers)?;
-    log_serving(&options, workers.count());
+    let (workers, helpers) = start_threads()?;
+    log_serving(&options, workers.count(), helpers.count());
     let reloads = tokio::spawn(reload::reload_loop(state.clone(), certs, options.clone()));
     let webhook = tokio::spawn(listener::accept_loop(
         webhook_listener,
         TlsAcceptor::from(tls_config),
-        WebhookRoutes::new(state.clone(), options.benchmark_null_route),
+        WebhookRoutes::new(state.clone(), helpers, options.benchmark_null_route),
         state.metrics.clone(),
         stop_rx,
         options.shutdown_timeout,
@@ -263,11 +266,22 @@ pub async fn serve(
     Ok(())
 }
 
+/// The webhook's threads, for the cores the process may use (its CPU limit, in a container):
+/// a worker per two cores, at least one, and a review helper per two (see [`helpers`] for why
+/// not a worker per core). One core: one worker, no helper.
+fn start_threads() -> Result<(workers::Workers, helpers::Helpers), ServeError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = workers::Workers::start(cores.div_ceil(2)).map_err(ServeError::Workers)?;
+    let helpers = helpers::Helpers::start(cores / 2).map_err(ServeError::Workers)?;
+    Ok((workers, helpers))
+}
+
 /// The line that says `serve` is up, and where.
-fn log_serving(options: &ServeOptions, workers: usize) {
+fn log_serving(options: &ServeOptions, workers: usize, helpers: usize) {
     tracing::info!(
         webhook = %options.listen,
         workers,
+        review_helpers = helpers,
         metrics = %options.metrics_listen,
         config = %options.config.as_ref().map_or("built-in defaults".to_string(), |p| p.display().to_string()),
         "podmend serving"

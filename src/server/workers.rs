@@ -1,15 +1,16 @@
-//! The threads that serve the webhook's connections: one single-threaded runtime per core
-//! the process may use, each owning the connections handed to it, as nginx's and Envoy's
-//! workers do.
+//! The threads that serve the webhook's connections: single-threaded runtimes, each owning
+//! the connections handed to it, as nginx's and Envoy's workers do; one per two cores the
+//! process may use, with a review helper for each beside them (see `helpers`).
 //!
-//! A connection's requests then never cross threads. On tokio's work-stealing runtime, a task
-//! woken on one worker and run on another cost the null route a quarter to a third more CPU
-//! per request on two cores, and the typical review an eighth (BENCHMARKS.md, issue 17, sixth
-//! pass). The price: one connection's requests use one core. The API server sends its
-//! reviews over one HTTP/2 connection per instance, and a core answers ~70,000 typical
-//! reviews a second; with the chart's CPU limit of 1 there is one worker anyway. The accept
-//! loop hands new connections to the workers in turn; the watches, reloads and the metrics
-//! port stay on the main runtime, so a relist of every Node never waits in a review's queue.
+//! A connection's reading and writing then never cross threads. On tokio's work-stealing
+//! runtime, a task woken on one worker and run on another cost the null route a quarter to a
+//! third more CPU per request on two cores, and the typical review an eighth (BENCHMARKS.md,
+//! issue 17, sixth pass); a review handed to a helper crosses twice, which a repair, three
+//! typical reviews' work, pays for. The API server sends its reviews over one HTTP/2
+//! connection per instance, and a core answers ~70,000 typical reviews a second; with the
+//! chart's CPU limit of 1 there is one worker and no helper. The accept loop hands new
+//! connections to the workers in turn; the watches, reloads and the metrics port stay on the
+//! main runtime, so a relist of every Node never waits in a review's queue.
 
 use std::future::Future;
 use std::io;
@@ -29,11 +30,6 @@ pub(super) struct Workers {
 }
 
 impl Workers {
-    /// One worker per core the process may use (its CPU limit, in a container), at least one.
-    pub(super) fn per_core() -> io::Result<Self> {
-        Self::start(std::thread::available_parallelism().map_or(1, |n| n.get()))
-    }
-
     /// `count` worker threads (at least one), each with its runtime started.
     pub(super) fn start(count: usize) -> io::Result<Self> {
         let mut workers = Self {
