@@ -60,8 +60,8 @@ pub enum ServeError {
         source: std::io::Error,
     },
     #[error(
-        "cannot start the webhook's threads (a worker with its event loop and a review helper \
-         per two CPUs the process may use): {0}; raise the process's thread and open-file limits (ulimit -u, \
+        "cannot start the webhook's threads (a worker with its event loop per CPU the process \
+         may use but one, and a review helper): {0}; raise the process's thread and open-file limits (ulimit -u, \
          ulimit -n, or the container's pids limit), or give it fewer CPUs"
     )]
     Workers(#[source] std::io::Error),
@@ -266,14 +266,17 @@ pub async fn serve(
     Ok(())
 }
 
-/// The webhook's threads, for the cores the process may use (its CPU limit, in a container):
-/// a worker per two cores, at least one, and a review helper per two (see [`helpers`] for why
-/// not a worker per core). One core: one worker, no helper.
+/// The webhook's threads, for the cores the process may use (its CPU limit, in a container): a
+/// worker per core but one, at least one, and one review helper when there are two cores or
+/// more (see [`helpers`] for why not a worker per core). One core: one worker, no helper.
 fn start_threads() -> Result<(workers::Workers, helpers::Helpers), ServeError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let workers = workers::Workers::start(cores.div_ceil(2)).map_err(ServeError::Workers)?;
-    let helpers = helpers::Helpers::start(cores / 2).map_err(ServeError::Workers)?;
-    Ok((workers, helpers))
+    let workers = workers::Workers::start(cores.saturating_sub(1).max(1));
+    let helpers = helpers::Helpers::start(usize::from(cores > 1));
+    Ok((
+        workers.map_err(ServeError::Workers)?,
+        helpers.map_err(ServeError::Workers)?,
+    ))
 }
 
 /// The line that says `serve` is up, and where.

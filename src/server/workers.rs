@@ -1,6 +1,6 @@
 //! The threads that serve the webhook's connections: single-threaded runtimes, each owning
-//! the connections handed to it, as nginx's and Envoy's workers do; one per two cores the
-//! process may use, with a review helper for each beside them (see `helpers`).
+//! the connections handed to it, as nginx's and Envoy's workers do; one per core the process
+//! may use but one, with a review helper beside them (see `helpers`).
 //!
 //! A connection's reading and writing then never cross threads. On tokio's work-stealing
 //! runtime, a task woken on one worker and run on another cost the null route a quarter to a
