@@ -166,6 +166,7 @@ fn review_caught(state: &AppState, webhook: Webhook, body: &[u8], started: Insta
     }
 }
 
+/// The 500 of a review that panicked, counted and logged.
 fn internal_error(state: &AppState, webhook: Webhook) -> Response {
     state.metrics.bad_request("internal-error");
     tracing::error!(webhook = webhook.as_str(), "review panicked; answered 500");

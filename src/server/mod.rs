@@ -61,8 +61,8 @@ pub enum ServeError {
     },
     #[error(
         "cannot start the webhook's threads (a worker with its event loop per CPU the process \
-         may use but one, and a review helper): {0}; raise the process's thread and open-file limits (ulimit -u, \
-         ulimit -n, or the container's pids limit), or give it fewer CPUs"
+         may use but one, and a review helper): {0}; raise the process's thread and open-file \
+         limits (ulimit -u, ulimit -n, or the container's pids limit), or give it fewer CPUs"
     )]
     Workers(#[source] std::io::Error),
 }
