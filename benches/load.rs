@@ -15,7 +15,8 @@
 //!
 //! The bodies are the engine bench's (`benches/common/cases.rs`): `pod-small` (the typical
 //! pod CREATE, a GKE capture, nothing to repair), `pod-large` (the same pod with 40
-//! containers), `deployment` (a Deployment CREATE), `unhandled` (a ConfigMap). Before each
+//! containers), `deployment` (a Deployment CREATE), `unhandled` (a ConfigMap), `repair` (an
+//! agent pod pinned with `nodeName`, which two rules repair). Before each
 //! phase, one request checks the answer (`/mutate`: uid echoed, a patch only where the case
 //! expects one), so no phase measures an error path. A response is OK when it is a 200
 //! whose body contains `"allowed":true`; anything else, a transport error or a timeout is

@@ -29,6 +29,11 @@ pub const SCENARIOS: &[(&str, &str, &str)] = &[
         "configmap-unhandled",
         "ConfigMap CREATE, a kind podmend does not handle",
     ),
+    (
+        "repair",
+        "pod-create-agent-pinned",
+        "an agent pod pinned with nodeName, repaired by node-affinity and agent-requests",
+    ),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +115,7 @@ pub const USAGE: &str = "\
 usage: cargo bench --bench load -- [OPTIONS] [FILTER...]
 
   --proto h1|h2|both       protocols (default both)
-  --scenario NAME[,NAME]   pod-small, pod-large, deployment, unhandled (default all)
+  --scenario NAME[,NAME]   pod-small, pod-large, deployment, unhandled, repair (default all)
   --connections C          HTTP/1.1 keep-alive connections, one request in flight each (default 8)
   --concurrency C          HTTP/2 streams in flight (default 8)
   --h2-connections N       HTTP/2 connections the streams are spread over (default 1)
