@@ -7,9 +7,12 @@
 //! milliseconds, and a review waits for its worker's turn: the typical pod's p99 was 3.4-4.6 ms
 //! with two workers and 1.2-1.5 ms with one (BENCHMARKS.md, issue 17, twenty-seventh pass).
 //! A repair costs about three typical reviews, so there one worker alone leaves the second
-//! core idle (0.38× nginx against 0.53×). With one worker and one helper, a worker whose
-//! recent reviews were cheap answers them itself and the helper sleeps; while rules act, the
-//! worker hands each review it reads to a free helper, and answers it itself when none is free.
+//! core idle (0.38× nginx against 0.53×). With one worker and one helper, a worker whose last
+//! review was cheap answers the next itself and the helper sleeps; while rules act, the worker
+//! hands each review it reads to a free helper, and answers it itself when none is free: on two
+//! shared cores, the typical pod at 1.1-1.2× nginx and the repair at 0.59-0.66× (twenty-eighth
+//! pass). Over a single HTTP/2 connection the hand-over brought no more repairs a second there
+//! and cost each a fifth to a third more CPU: the worker then often idles until the answer.
 //!
 //! Which reviews are handed over is a guess from the last review answered: the object's
 //! sketch, which says whether a rule may act, borrows the body, and a helper would have to
