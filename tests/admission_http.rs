@@ -147,8 +147,8 @@ async fn reviews_handed_to_a_review_helper_get_the_answers_the_worker_gives() {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(
         review_helpers(&server),
-        cores / 2,
-        "one helper per two cores"
+        usize::from(cores > 1),
+        "one helper on two cores or more"
     );
     let untouched = gke_pod();
     let mut pinned = gke_pod();
