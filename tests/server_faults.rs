@@ -382,16 +382,21 @@ async fn sigterm_under_load_drops_readiness_first_and_loses_no_request() {
 async fn tolerates(server: &Server, node: &str, key: &str) -> bool {
     let mut review = fixture("admissionreview-v1-pod-create-gke-kube-rs.json");
     review["request"]["object"]["spec"]["nodeName"] = json!(node);
-    let answer: Value = client(&[server.ca_pem()], b"h2", false)
+    let response = client(&[server.ca_pem()], b"h2", false)
         .post(server.url("/mutate"))
         .header("content-type", "application/json")
         .json(&review)
         .send()
         .await
-        .expect("answered")
-        .json()
-        .await
-        .expect("JSON answer");
+        .expect("answered");
+    let status = response.status();
+    let text = response.text().await.expect("the answer's body");
+    let answer: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "not a JSON answer ({e}): HTTP {status} {text}\nlog:\n{}",
+            server.log_text()
+        )
+    });
     let uid = review["request"]["uid"].as_str().expect("uid");
     let patch = common::k8s_rules::verify_admission_response(uid, &answer, true)
         .unwrap_or_else(|e| panic!("{e}: {answer}"));
