@@ -122,3 +122,55 @@ fn the_raw_review_of_every_fixture_equals_the_review_of_its_parsed_objects() {
         "only {acted} reviews had findings: the comparison says little"
     );
 }
+
+/// A cluster whose node `worker-1`, tainted, reaches the cache after the first look-up: as
+/// a watch event can bring it while a review runs.
+struct NodeArrivesDuringTheReview {
+    asked: std::sync::atomic::AtomicUsize,
+}
+
+impl podmend::cluster::ClusterView for NodeArrivesDuringTheReview {
+    fn lookups_enabled(&self) -> bool {
+        true
+    }
+    fn node_taints(&self, _: &str) -> Option<Vec<k8s_openapi::api::core::v1::Taint>> {
+        let asked = self
+            .asked
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        (asked > 0).then(|| {
+            vec![k8s_openapi::api::core::v1::Taint {
+                key: "example.com/arrived".into(),
+                effect: "NoSchedule".into(),
+                ..Default::default()
+            }]
+        })
+    }
+    fn node_labels(&self, _: &str) -> Option<std::collections::BTreeMap<String, String>> {
+        None
+    }
+    fn limit_range_items(&self, _: &str) -> Vec<k8s_openapi::api::core::v1::LimitRangeItem> {
+        Vec::new()
+    }
+}
+
+#[test]
+fn a_node_that_reaches_the_cache_during_a_review_is_seen_the_same_by_its_whole_review() {
+    // Debug builds repair a pinned pod from its sketch and again from the object read whole,
+    // and compare: both must see the cluster as it was at the first look-up.
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ci"},
+        "spec": {"nodeName": "worker-1", "containers": [{"name": "c", "image": "nginx"}]}
+    });
+    let body = serde_json::to_vec(&create_review("uid", &pod, "ci")).expect("JSON");
+    let request = admission::decode(&body).expect("decodes");
+    let cluster = NodeArrivesDuringTheReview {
+        asked: Default::default(),
+    };
+    let outcome = Engine::new(&Config::default()).review_raw(&request.subject(), &cluster);
+    let messages = outcome.findings[0].messages.join("\n");
+    assert!(
+        messages.contains("node worker-1 is not known"),
+        "{messages}"
+    );
+}

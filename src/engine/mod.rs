@@ -28,6 +28,8 @@ mod diff;
 pub mod document;
 mod patch;
 mod run;
+#[cfg(debug_assertions)]
+mod same_cluster;
 mod scope;
 mod spec_diff;
 mod status;
@@ -348,6 +350,11 @@ impl Engine {
             Ok(Route::Spec(target)) => (target, true),
             Ok(Route::Status(target)) => (target, false),
         };
+        // Debug builds review a repair twice and compare; the caches may change in between.
+        #[cfg(debug_assertions)]
+        let remembered = same_cluster::Remembered::new(cluster);
+        #[cfg(debug_assertions)]
+        let cluster: &dyn ClusterView = &remembered;
         // The rules the sketch shows may act: the whole object shows the same (the sketch
         // holds every field `may_apply` reads), so they are not looked for again.
         let mut sketched_active = None;
