@@ -168,7 +168,11 @@ fn a_node_that_reaches_the_cache_during_a_review_is_seen_the_same_by_its_whole_r
         asked: Default::default(),
     };
     let outcome = Engine::new(&Config::default()).review_raw(&request.subject(), &cluster);
-    let messages = outcome.findings[0].messages.join("\n");
+    let finding = outcome
+        .findings
+        .first()
+        .expect("the pinned pod is repaired");
+    let messages = finding.messages.join("\n");
     assert!(
         messages.contains("node worker-1 is not known"),
         "{messages}"

@@ -57,7 +57,6 @@ impl ClusterView for Remembered<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::StaticCluster;
 
     /// A cluster whose node `worker` appears after the first look-up, as a watch event would
     /// bring it between the two reviews.
@@ -74,8 +73,8 @@ mod tests {
             *asked += 1;
             (*asked > 1).then(Vec::new)
         }
-        fn node_labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
-            StaticCluster::empty().node_labels(name)
+        fn node_labels(&self, _: &str) -> Option<BTreeMap<String, String>> {
+            None
         }
         fn limit_range_items(&self, _: &str) -> Vec<LimitRangeItem> {
             Vec::new()

@@ -663,7 +663,7 @@ fn plain_end(bytes: &[u8], at: usize) -> usize {
 
 /// The first byte at or after `at` where `stops`, or the end of `bytes`. A block of sixteen
 /// bytes at a time is tested whole: `stops` of each byte as `0xff` or `0`, read as one number
-/// whose lowest set bit is the first stop. The compiler makes that SSE2's byte compares (no
+/// whose lowest set byte is the first stop. The compiler makes that SSE2's byte compares (no
 /// branch per byte, no `unsafe`) when `stops` combines its tests with `|`, not `||`. Simpler
 /// than the eight-byte word tricks it replaced, and 1 % fewer instructions per review.
 #[inline(always)]
