@@ -518,7 +518,7 @@ pub fn encode_response(uid: &str, decision: &AdmissionDecision<'_>) -> Vec<u8> {
 }
 
 /// Appends `text` as a JSON string: as it is when nothing in it needs an escape (a uid), found
-/// sixteen bytes at a time, where serde_json looks each byte up in its escape table; otherwise
+/// eight bytes at a time, where serde_json looks each byte up in its escape table; otherwise
 /// as serde_json writes it.
 fn push_string(out: &mut Vec<u8>, text: &str) {
     if !scan::is_plain(text) {

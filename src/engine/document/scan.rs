@@ -538,9 +538,11 @@ fn good_string_end(bytes: &[u8], mut at: usize) -> Option<usize> {
     }
 }
 
-/// The first `"` or `\` at or after `at` (or the end of `bytes`), sixteen bytes at a time.
+/// The first `"` or `\` at or after `at` (or the end of `bytes`), eight bytes at a time.
 fn quote_or_backslash(bytes: &[u8], at: usize) -> usize {
-    first_stop(bytes, at, |byte| (byte == b'"') | (byte == b'\\'))
+    first_flagged(bytes, at, quote_or_backslash_bytes, |byte| {
+        byte == b'"' || byte == b'\\'
+    })
 }
 
 /// Past a member's key and colon, the key starting at `at`: where its value starts. Inlined
@@ -653,36 +655,63 @@ pub fn is_plain(text: &str) -> bool {
     plain_end(text.as_bytes(), 0) == text.len()
 }
 
-/// The first `"`, `\` or control character at or after `at` (or the end of `bytes`), sixteen
+/// The first `"`, `\` or control character at or after `at` (or the end of `bytes`), eight
 /// bytes at a time.
 fn plain_end(bytes: &[u8], at: usize) -> usize {
-    first_stop(bytes, at, |byte| {
-        (byte == b'"') | (byte == b'\\') | (byte < 0x20)
+    first_flagged(bytes, at, special_bytes, |byte| {
+        byte == b'"' || byte == b'\\' || byte < 0x20
     })
 }
 
-/// The first byte at or after `at` where `stops`, or the end of `bytes`. A block of sixteen
-/// bytes at a time is tested whole: `stops` of each byte as `0xff` or `0`, read as one number
-/// whose lowest set byte is the first stop. The compiler makes that SSE2's byte compares (no
-/// branch per byte, no `unsafe`) when `stops` combines its tests with `|`, not `||`. Simpler
-/// than the eight-byte word tricks it replaced, and 1 % fewer instructions per review.
+/// The first byte at or after `at` that `flags` flags in its word of eight (the rest, one by
+/// one, where `stops`), or the end of `bytes`.
 #[inline(always)]
-fn first_stop(bytes: &[u8], mut at: usize, stops: impl Fn(u8) -> bool) -> usize {
-    while let Some(block) = bytes
-        .get(at..at + 16)
-        .and_then(|block| <&[u8; 16]>::try_from(block).ok())
+fn first_flagged(
+    bytes: &[u8],
+    mut at: usize,
+    flags: impl Fn(u64) -> u64,
+    stops: impl Fn(u8) -> bool,
+) -> usize {
+    while let Some(word) = bytes
+        .get(at..at + 8)
+        .and_then(|w| <[u8; 8]>::try_from(w).ok())
     {
-        let flagged =
-            u128::from_le_bytes(block.map(|byte| 0u8.wrapping_sub(u8::from(stops(byte)))));
+        let flagged = flags(u64::from_le_bytes(word));
         if flagged != 0 {
             return at + flagged.trailing_zeros() as usize / 8;
         }
-        at += 16;
+        at += 8;
     }
     while bytes.get(at).is_some_and(|&byte| !stops(byte)) {
         at += 1;
     }
     at
+}
+
+/// Each byte of a word, eight times.
+const ONES: u64 = u64::MAX / 255;
+/// Each byte's high bit.
+const HIGHS: u64 = ONES << 7;
+
+/// The high bit of each byte of `word` (little-endian) set where the byte is below 0x20, or
+/// equal to `"` or `\`. Only the lowest flagged byte is exact (a borrow may flag bytes above
+/// it), and it is the one wanted. A byte's high bit is the same in `word`, `word ^ '"'s` and
+/// `word ^ '\'s`, so one `!word` stands for the three.
+fn special_bytes(word: u64) -> u64 {
+    (word.wrapping_sub(ONES * 0x20) | quote_or_backslash_borrows(word)) & !word & HIGHS
+}
+
+/// [`special_bytes`] for `"` and `\` alone.
+fn quote_or_backslash_bytes(word: u64) -> u64 {
+    quote_or_backslash_borrows(word) & !word & HIGHS
+}
+
+/// Where subtracting one from each byte of `word ^ '"'s` and of `word ^ '\'s` borrows: the
+/// high bit set at a byte equal to `"` or `\` (and at some others, see [`special_bytes`]).
+fn quote_or_backslash_borrows(word: u64) -> u64 {
+    let quote = word ^ (ONES * u64::from(b'"'));
+    let backslash = word ^ (ONES * u64::from(b'\\'));
+    quote.wrapping_sub(ONES) | backslash.wrapping_sub(ONES)
 }
 
 #[cfg(test)]
@@ -993,24 +1022,26 @@ mod tests {
     }
 
     #[test]
-    fn the_block_test_finds_the_first_byte_it_looks_for_wherever_it_is() {
-        // Every byte at every place of a block and of the bytes after the last whole block,
-        // after plain bytes and followed by bytes of every kind.
-        for byte in 0..=u8::MAX {
-            for at in 0..20 {
-                for after in [b'a', b'"', 0x00, 0xff, 0x80, b'\\'] {
-                    let mut bytes = [b'a'; 20];
-                    bytes[at] = byte;
-                    bytes[at + 1..].fill(after);
-                    let stop = |b: u8| b == b'"' || b == b'\\' || b < 0x20;
-                    let first = bytes.iter().position(|&b| stop(b)).unwrap_or(20);
-                    assert_eq!(plain_end(&bytes, 0), first, "{bytes:?}");
-                    let first = bytes.iter().position(|&b| b == b'"' || b == b'\\');
-                    let found = quote_or_backslash(&bytes, 0);
-                    assert_eq!(found, first.unwrap_or(20), "{bytes:?}");
+    fn the_word_tests_find_the_first_byte_they_look_for_in_any_word() {
+        // Every byte at every place, after plain bytes and followed by bytes of every kind:
+        // the lowest flagged byte is the first one looked for, whatever follows it.
+        fn check(flags: fn(u64) -> u64, looked_for: fn(u8) -> bool) {
+            for byte in 0..=u8::MAX {
+                for at in 0..8 {
+                    for after in [b'a', b'"', 0x00, 0xff, 0x80, b'\\'] {
+                        let mut word = [b'a'; 8];
+                        word[at] = byte;
+                        word[at + 1..].fill(after);
+                        let flagged = flags(u64::from_le_bytes(word));
+                        let first = word.iter().position(|&b| looked_for(b));
+                        let found = (flagged != 0).then(|| flagged.trailing_zeros() as usize / 8);
+                        assert_eq!(found, first, "{word:?}");
+                    }
                 }
             }
         }
+        check(special_bytes, |b| b == b'"' || b == b'\\' || b < 0x20);
+        check(quote_or_backslash_bytes, |b| b == b'"' || b == b'\\');
     }
 
     #[test]
