@@ -50,16 +50,21 @@ impl Render {
 
 /// Renders the chart with `values` as release `name` in `namespace`.
 pub fn render(values: &Value, name: &str, namespace: &str) -> Render {
+    try_render(values, name, namespace)
+        .unwrap_or_else(|error| panic!("rendering the chart failed: {error}"))
+}
+
+/// Renders the chart with `values` as release `name` in `namespace`, or says why Helm
+/// refused: the schema's or a template's (`fail`) message, as Helm's error gives it.
+pub fn try_render(values: &Value, name: &str, namespace: &str) -> Result<Render, String> {
     let output = run_script(
         &["helm_python", "yaml"],
         "chart_render.py",
         values,
         &[name, namespace],
     );
-    assert!(
-        output.status.success(),
-        "rendering the chart failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("the render as JSON")
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    Ok(serde_json::from_slice(&output.stdout).expect("the render as JSON"))
 }
