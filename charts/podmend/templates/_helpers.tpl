@@ -82,6 +82,20 @@ app.kubernetes.io/part-of: podmend
 {{- define "podmend.readyzPath" -}}/readyz{{- end }}
 {{- define "podmend.metricsPath" -}}/metrics{{- end }}
 
+{{/*
+"true" when webhook.url is set: podmend runs outside the cluster (for development and
+tests), so the chart renders no Deployment, Service, PodDisruptionBudget, ServiceMonitor or
+`helm test` pod for it. Empty otherwise.
+*/}}
+{{- define "podmend.external" -}}
+{{- if .Values.webhook.url }}true{{ end }}
+{{- end }}
+
+{{/* webhook.url without trailing slashes: the webhook paths are appended to it. */}}
+{{- define "podmend.externalURL" -}}
+{{- regexReplaceAll "/+$" .Values.webhook.url "" }}
+{{- end }}
+
 {{/* The node reaper's objects (templates/reaper.yaml). */}}
 {{- define "podmend.reaperName" -}}{{ include "podmend.fullname" . }}-reaper{{- end }}
 {{/* Where the reaper mounts the node's Docker socket: where the guard mounts it (src/dind.rs HOST_SOCKET_DIR). */}}
@@ -158,12 +172,19 @@ failurePolicy: {{ $v.webhook.failurePolicy }}
 {{- end }}
 timeoutSeconds: {{ $v.webhook.timeoutSeconds }}
 matchPolicy: Equivalent
+{{- $path := include "podmend.validatePath" $ctx }}
+{{- if .mutating }}{{ $path = include "podmend.mutatePath" $ctx }}{{ end }}
 clientConfig:
+  {{- if include "podmend.external" $ctx }}
+  # webhook.url: podmend runs outside the cluster (validate.yaml checks the URL).
+  url: {{ printf "%s%s" (include "podmend.externalURL" $ctx) $path | quote }}
+  {{- else }}
   service:
     name: {{ include "podmend.serviceName" $ctx }}
     namespace: {{ $ctx.Release.Namespace }}
-    path: {{ if .mutating }}{{ include "podmend.mutatePath" $ctx }}{{ else }}{{ include "podmend.validatePath" $ctx }}{{ end }}
+    path: {{ $path }}
     port: {{ include "podmend.servicePort" $ctx }}
+  {{- end }}
   {{- if eq $v.tls.mode "secret" }}
   caBundle: {{ $v.tls.secret.caBundle }}
   {{- end }}
