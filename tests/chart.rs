@@ -8,8 +8,11 @@
 //! and lint the release workflow and the `Dockerfile` (actionlint, ShellCheck, hadolint).
 //! The tests below them read the config the chart renders with podmend's own parser
 //! ([`Config::from_yaml`]): the chart's defaults are podmend's, and every rule value reaches
-//! the config key of the same meaning. `scripts/test` installs `tests/requirements.txt` into `.venv`; this test never skips:
-//! without them it fails and says how to get them.
+//! the config key of the same meaning. The last ones render `webhook.url` (a `podmend serve`
+//! outside the cluster): every webhook calls the URL with the CA bundle, nothing runs the
+//! webhook in the cluster, and URLs or TLS modes the API server could not use fail the render
+//! saying what to set. `scripts/test` installs `tests/requirements.txt` into `.venv`; this
+//! test never skips: without them it fails and says how to get them.
 
 mod common;
 
@@ -242,4 +245,209 @@ fn every_rule_value_reaches_the_config_key_of_the_same_meaning() {
         ));
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------
+// webhook.url: a podmend serve outside the cluster (development and tests)
+
+/// Base64 of the CA that signs a `podmend certs` certificate for localhost, as
+/// `tls.secret.caBundle` takes it.
+fn local_ca_bundle() -> String {
+    use base64::Engine as _;
+    let pki = podmend::certs::generate(&["localhost".to_string()], 1).expect("a dev PKI");
+    base64::engine::general_purpose::STANDARD.encode(pki.ca_pem)
+}
+
+/// Values for a podmend at `url`, with the CA bundle `tls.mode secret` takes.
+fn url_values(url: &str, ca_bundle: &str) -> Value {
+    json!({
+        "webhook": {"url": url},
+        "tls": {"mode": "secret", "secret": {"caBundle": ca_bundle}},
+    })
+}
+
+/// The message Helm refuses `values` with; panics if it renders them.
+fn refusal(values: &Value) -> String {
+    match common::chart::try_render(values, RELEASE, NAMESPACE) {
+        Ok(_) => panic!("the chart renders {values}"),
+        Err(message) => message,
+    }
+}
+
+#[test]
+fn with_webhook_url_every_webhook_calls_the_url_and_nothing_runs_in_the_cluster() {
+    use podmend::server::paths::{MUTATE, VALIDATE};
+    let ca_bundle = local_ca_bundle();
+    // (webhook.url, what the paths are appended to): trailing slashes go, a path stays.
+    for (url, base) in [
+        ("https://localhost:8443", "https://localhost:8443"),
+        (
+            "https://127.0.0.1:8443/podmend//",
+            "https://127.0.0.1:8443/podmend",
+        ),
+    ] {
+        let mut values = url_values(url, &ca_bundle);
+        // The status.podmend.io entry too.
+        values["rules"] = json!({"virtualNodePhase": {"mode": "enforce"}});
+        let render = common::chart::render(&values, RELEASE, NAMESPACE);
+
+        let mut names = Vec::new();
+        for (kind, path) in [
+            ("MutatingWebhookConfiguration", MUTATE),
+            ("ValidatingWebhookConfiguration", VALIDATE),
+        ] {
+            let configs = render.of_kind(kind);
+            assert_eq!(configs.len(), 1, "one {kind}");
+            for webhook in configs[0]["webhooks"].as_array().expect("webhooks") {
+                names.push(webhook["name"].as_str().expect("a name").to_string());
+                assert_eq!(
+                    webhook["clientConfig"],
+                    json!({"url": format!("{base}{path}"), "caBundle": ca_bundle}),
+                    "{url}: {kind} {} calls the URL, with no service",
+                    webhook["name"]
+                );
+            }
+        }
+        assert_eq!(
+            names,
+            [
+                "mutate.podmend.io",
+                "status.podmend.io",
+                "validate.podmend.io"
+            ]
+        );
+
+        for kind in [
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+            "ServiceMonitor",
+        ] {
+            assert!(render.of_kind(kind).is_empty(), "{url}: a {kind} rendered");
+        }
+        let hooks: Vec<_> = render
+            .objects
+            .iter()
+            .filter(|r| !render.installed().contains(&&r.object))
+            .map(|r| r.template.as_str())
+            .collect();
+        assert!(
+            hooks.is_empty(),
+            "{url}: `helm test` hooks rendered: {hooks:?}"
+        );
+        // What does not run the webhook stays.
+        for kind in [
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+        ] {
+            assert_eq!(render.of_kind(kind).len(), 1, "{url}: one {kind}");
+        }
+    }
+}
+
+#[test]
+fn with_webhook_url_the_jobs_the_reaper_and_the_dashboard_still_render_on_their_own_values() {
+    let mut values = url_values("https://localhost:8443", &local_ca_bundle());
+    values["reports"] = json!({"enabled": true});
+    values["stormCleanup"] = json!({"enabled": true});
+    values["reaper"] = json!({"enabled": true});
+    values["metrics"] =
+        json!({"serviceMonitor": {"enabled": true}, "dashboard": {"enabled": true}});
+    let render = common::chart::render(&values, RELEASE, NAMESPACE);
+    let component = |o: &&Value| {
+        o.pointer("/metadata/labels/app.kubernetes.io~1component")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let components = |kind: &str| -> Vec<Option<String>> {
+        render.of_kind(kind).iter().map(component).collect()
+    };
+    assert_eq!(
+        render.of_kind("CronJob").len(),
+        2,
+        "reports and storm clean-up"
+    );
+    assert_eq!(components("DaemonSet"), [Some("reaper".to_string())]);
+    // The reaper's metrics Service and ServiceMonitor are its own; the webhook's are gone.
+    assert_eq!(components("Service"), [Some("reaper".to_string())]);
+    assert_eq!(components("ServiceMonitor"), [Some("reaper".to_string())]);
+    assert!(render.of_kind("Deployment").is_empty());
+    let dashboards = render
+        .of_kind("ConfigMap")
+        .into_iter()
+        .filter(|c| c["data"]["podmend.json"].is_string())
+        .count();
+    assert_eq!(dashboards, 1, "the dashboard ConfigMap");
+}
+
+#[test]
+fn a_webhook_url_the_api_server_would_refuse_fails_the_render_saying_what_to_set() {
+    let ca_bundle = local_ca_bundle();
+    for (url, problem) in [
+        ("http://localhost:8443", "is not an https:// URL"),
+        ("localhost:8443", "is not an https:// URL"),
+        ("https://localhost:8443?debug=1", "has a query"),
+        ("https://localhost:8443/?", "has a query"),
+        ("https://localhost:8443#top", "has a fragment"),
+        (
+            "https://admin:secret@localhost:8443",
+            "has user information",
+        ),
+        ("https:///mutate", "names no host"),
+    ] {
+        let message = refusal(&url_values(url, &ca_bundle));
+        for part in [
+            format!("webhook.url {url:?} {problem}"),
+            "Set webhook.url to https://HOST[:PORT][/PATH]".to_string(),
+        ] {
+            assert!(
+                message.contains(&part),
+                "{url}: {part:?} not in:\n{message}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_webhook_url_with_another_tls_mode_than_secret_fails_the_render_saying_what_to_set() {
+    for mode in ["self", "certManager"] {
+        let values = json!({"webhook": {"url": "https://localhost:8443"}, "tls": {"mode": mode}});
+        let message = refusal(&values);
+        for part in [
+            format!("tls.mode is {mode}"),
+            "set tls.mode secret and tls.secret.caBundle".to_string(),
+        ] {
+            assert!(
+                message.contains(&part),
+                "{mode}: {part:?} not in:\n{message}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_webhook_url_needs_the_ca_bundle_but_not_the_secret_name_and_refuses_tls_client_ca() {
+    // tls.secret.name names a Secret for the in-cluster Deployment: not needed here.
+    let values = url_values("https://localhost:8443", &local_ca_bundle());
+    assert!(common::chart::try_render(&values, RELEASE, NAMESPACE).is_ok());
+    // Without the CA the API server could not verify podmend.
+    let message = refusal(&url_values("https://localhost:8443", ""));
+    assert!(
+        message.contains("/tls/secret/caBundle"),
+        "the schema names the missing caBundle:\n{message}"
+    );
+    assert!(!message.contains("/tls/secret/name"), "{message}");
+    // Without webhook.url the name is still required.
+    let message = refusal(&json!({"tls": {"mode": "secret", "secret": {"caBundle": "QQ=="}}}));
+    assert!(message.contains("/tls/secret/name"), "{message}");
+    // tls.clientCA configures the Deployment, which is not rendered.
+    let mut values = url_values("https://localhost:8443", &local_ca_bundle());
+    values["tls"]["clientCA"] = json!({"secretName": "apiserver-client-ca"});
+    let message = refusal(&values);
+    assert!(
+        message.contains("tls.clientCA configures the in-cluster Deployment"),
+        "{message}"
+    );
 }

@@ -35,6 +35,7 @@ from chart_helpers import (
     by_kind,
     chart,
     component,
+    dev_ca_bundle,
     effective,
     is_test_hook,
     lint_problems,
@@ -634,6 +635,7 @@ JOB_KEYS = {"reports": "reports", "storm-cleanup": "stormCleanup"}
         pytest.param({"tls": {"clientCA": {"secretName": "Client_CA"}}}, ["/tls/clientCA/secretName"], id="client-ca-secret-name"),
         pytest.param({"tls": {"clientCA": {"key": "ca/crt"}}}, ["/tls/clientCA/key"], id="client-ca-key"),
         pytest.param({"tests": {"namespace": "CI_Jobs"}}, ["/tests/namespace"], id="tests-namespace"),
+        pytest.param({"webhook": {"url": "https://local host:8443"}}, ["/webhook/url"], id="webhook-url-space"),
     ],
 )
 def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
@@ -667,6 +669,33 @@ def test_impossible_combinations_fail_the_render(values, expected):
     with pytest.raises(helm.HelmRenderError) as refusal:
         render_raw(values)
     assert expected in str(refusal.value)
+
+
+def test_webhook_url_renders_objects_the_api_server_accepts_and_lints_clean():
+    # A podmend outside the cluster (tests/chart.rs checks what is and is not rendered): the
+    # webhook configurations with clientConfig.url pass the official schemas, and lint is clean.
+    values = {
+        "webhook": {"url": "https://localhost:8443"},
+        "tls": {"mode": "secret", "secret": {"caBundle": dev_ca_bundle()}},
+        "rules": {"virtualNodePhase": {"mode": "enforce"}},
+        "reaper": {"enabled": True},
+        "reports": {"enabled": True},
+        "stormCleanup": {"enabled": True},
+        "metrics": {"serviceMonitor": {"enabled": True}, "dashboard": {"enabled": True}},
+    }
+    failures = []
+    for doc in render(values):
+        obj = strip(doc)
+        for version in KUBERNETES_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except SchemaNotFoundError:
+                assert (obj["apiVersion"], obj["kind"]) in CRD_KINDS
+            except kubernetes_validate.ValidationError as error:
+                failures.append(f"{doc['__template']} {obj['kind']} @ {version}: {list(error.path)}: {error.message}")
+    assert not failures, "\n".join(failures)
+    problems = lint_problems(values)
+    assert not problems, json.dumps(problems, indent=2)
 
 
 # ---------------------------------------------------------------------------------------
