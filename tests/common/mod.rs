@@ -3,6 +3,7 @@
 
 pub mod api_stub;
 pub mod chart;
+pub mod control_plane;
 pub mod crd_schema;
 pub mod dind;
 pub mod dockerd;
