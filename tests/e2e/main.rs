@@ -1,0 +1,195 @@
+//! The end-to-end suite: podmend installed with the real `helm` into a real control plane
+//! (etcd, kube-apiserver, kube-controller-manager, kube-scheduler built from their Go modules),
+//! objects created through the API server and read back from it.
+//!
+//! One test binary owns the control plane's start and stop (`harness = false`): this runner
+//! starts it once, runs each test in order, stops it when they are done (a failing test is a
+//! caught panic; an uncaught one drops the control plane as it unwinds), and then checks that no
+//! component is left running. When the runner dies without unwinding (Ctrl-C, SIGKILL), each
+//! component's watchdog sees its pipe close and stops it (`common::control_plane::process`). It prints libtest's lines, so
+//! `scripts/test` counts its tests with the others. `cargo test --test e2e -- NAME` runs the
+//! tests whose names contain NAME.
+
+#[path = "../common/mod.rs"]
+mod common;
+mod install;
+mod pinniped;
+mod teardown;
+
+use std::io::Write as _;
+use std::panic::AssertUnwindSafe;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use common::control_plane::ControlPlane;
+
+/// What every test gets: the control plane, a runtime for the kube client, and podmend once a
+/// test installed it.
+pub struct Suite {
+    pub plane: ControlPlane,
+    pub runtime: tokio::runtime::Runtime,
+    podmend: Mutex<Option<install::Installed>>,
+}
+
+impl Suite {
+    /// Runs `future` to completion on the suite's runtime.
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.runtime.block_on(future)
+    }
+}
+
+/// A test: its name (the sentence it proves) and its body, which panics to fail.
+type Test = (&'static str, fn(&Suite));
+
+/// Every test, in the order they run: later ones may use what earlier ones installed.
+const TESTS: &[Test] = &[
+    (
+        "helm_installs_the_chart_and_the_api_server_accepts_every_object_it_renders",
+        install::helm_installs_the_chart_and_the_api_server_accepts_every_object_it_renders,
+    ),
+    (
+        "the_pinniped_agent_is_repaired_by_the_api_servers_call_and_bound_to_its_node_by_the_scheduler",
+        pinniped::the_pinniped_agent_is_repaired_by_the_api_servers_call_and_bound_to_its_node_by_the_scheduler,
+    ),
+    (
+        "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",
+        install::helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation,
+    ),
+    (
+        "a_suite_that_panics_or_is_killed_leaves_no_component_running",
+        teardown::a_suite_that_panics_or_is_killed_leaves_no_component_running,
+    ),
+];
+
+/// The check that runs after the control plane stopped.
+const LEFT_RUNNING: &str = "no_control_plane_component_outlives_the_suite";
+
+fn main() -> ExitCode {
+    if let Some(code) = teardown::child_mode() {
+        return code;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let filter = args.iter().find(|arg| !arg.starts_with('-')).cloned();
+    let selected: Vec<&Test> = TESTS
+        .iter()
+        .filter(|(name, _)| filter.as_deref().is_none_or(|f| name.contains(f)))
+        .collect();
+    if args.iter().any(|arg| arg == "--list") {
+        for (name, _) in &selected {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let started = Instant::now();
+    if selected.is_empty() {
+        println!(
+            "\nrunning 0 tests\n\ntest result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; {} filtered out; finished in 0.00s\n",
+            TESTS.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+    common::server::install_crypto_provider();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    println!("\nrunning {} tests", selected.len() + 1);
+    let plane = match runtime.block_on(ControlPlane::start()) {
+        Ok(plane) => plane,
+        Err(error) => {
+            println!("test control_plane_starts ... FAILED\n\n{error}");
+            println!(
+                "\ntest result: FAILED. 0 passed; {} failed; 0 ignored; 0 measured; 0 filtered out; finished in {:.2}s\n",
+                selected.len() + 1,
+                started.elapsed().as_secs_f64()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let dir = plane.dir().to_path_buf();
+    println!(
+        "control plane: kube-apiserver {} at {} (etcd, kube-controller-manager, kube-scheduler and kubectl of the same build; helm {})",
+        plane.version,
+        plane.server,
+        plane.binaries.helm.display()
+    );
+    let suite = Suite {
+        plane,
+        runtime,
+        podmend: Mutex::new(None),
+    };
+
+    let mut failures = Vec::new();
+    for (name, test) in &selected {
+        print!("test {name} ... ");
+        let _ = std::io::stdout().flush();
+        let began = Instant::now();
+        match std::panic::catch_unwind(AssertUnwindSafe(|| test(&suite))) {
+            Ok(()) => println!("ok ({:.1} s)", began.elapsed().as_secs_f64()),
+            Err(panic) => {
+                println!("FAILED ({:.1} s)", began.elapsed().as_secs_f64());
+                failures.push((name.to_string(), panic_text(&*panic)));
+            }
+        }
+    }
+    if !failures.is_empty() {
+        println!(
+            "\nthe control plane's components when the suite ended:\n{}",
+            suite.plane.report()
+        );
+    }
+    drop(suite);
+
+    print!("test {LEFT_RUNNING} ... ");
+    let left = common::control_plane::process::processes_mentioning(&dir);
+    if left.is_empty() {
+        println!("ok");
+    } else {
+        println!("FAILED");
+        failures.push((
+            LEFT_RUNNING.to_string(),
+            format!(
+                "still running after the suite stopped its control plane:\n{}",
+                left.join("\n")
+            ),
+        ));
+    }
+    let total = selected.len() + 1;
+    if !failures.is_empty() {
+        println!("\nfailures:");
+        for (name, text) in &failures {
+            println!("\n---- {name} ----\n{text}");
+        }
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed; 0 ignored; 0 measured; {} filtered out; finished in {:.2}s\n",
+        if failures.is_empty() { "ok" } else { "FAILED" },
+        total - failures.len(),
+        failures.len(),
+        TESTS.len() - selected.len(),
+        started.elapsed().as_secs_f64()
+    );
+    if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// A panic's message.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+/// Locks `mutex`, also after a test panicked holding it.
+pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
