@@ -252,6 +252,11 @@ pub struct AuditArgs {
     /// Configuration file, as for podmend serve (its modes decide what each finding is).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// The cluster objects rules look up, from a file: the output of kubectl get
+    /// nodes,namespaces,limitranges -A -o yaml. Without it (or --cluster) node taints are
+    /// unknown, so pods pinned with nodeName are reported but not rewritten.
+    #[arg(long, value_name = "FILE", conflicts_with = "cluster")]
+    pub cluster_snapshot: Option<PathBuf>,
     /// Print the findings as report objects (YAML) instead, one set per namespace, each object
     /// under 1 MiB (with --cluster); --report-format picks the API.
     #[arg(long, requires = "cluster")]
@@ -293,6 +298,7 @@ impl AuditArgs {
             output: self.output,
             fail_on: self.fail_on,
             config: self.config.clone(),
+            cluster_snapshot: self.cluster_snapshot.clone(),
         }
     }
 }

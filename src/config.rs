@@ -61,8 +61,19 @@ pub struct RulesConfig {
 pub struct NodeAffinityConfig {
     pub mode: Mode,
     pub templates: Mode,
+    /// Tolerate the node's NoSchedule taints, which `nodeName` ignored.
     pub tolerate_node_taints: bool,
+    /// Taints never tolerated, beside Kubernetes' own (`node.kubernetes.io/*`), which never are.
     pub ignore_taints: Vec<String>,
+    /// The schedulers known to honour `matchFields` on `metadata.name`: a pod for another
+    /// scheduler is left as it is.
+    pub schedulers: Vec<String>,
+    /// Rewrite pods with required pod (anti-)affinity or `DoNotSchedule` topology spread
+    /// too, which the scheduler enforces and the kubelet never did; off: left as they are.
+    pub rewrite_constrained_pods: bool,
+    /// Leave pods with a `priorityClassName` as they are: as node affinity they could
+    /// preempt the node's pods, which a `nodeName` pod never did.
+    pub skip_priority_classes: bool,
 }
 
 impl Default for NodeAffinityConfig {
@@ -71,7 +82,10 @@ impl Default for NodeAffinityConfig {
             mode: Mode::Enforce,
             templates: Mode::Warn,
             tolerate_node_taints: true,
-            ignore_taints: vec!["node.kubernetes.io/unschedulable".to_string()],
+            ignore_taints: Vec::new(),
+            schedulers: vec!["default-scheduler".to_string()],
+            rewrite_constrained_pods: false,
+            skip_priority_classes: false,
         }
     }
 }
@@ -422,13 +436,24 @@ excludeNamespaces: []
 rules:
   # spec.nodeName bypasses the scheduler: a node without room rejects the pod (OutOfcpu) and
   # its controller recreates it at once, without backoff. Required node affinity on
-  # metadata.name keeps the placement but lets the scheduler wait (Pending) instead.
+  # metadata.name keeps the placement but lets the scheduler wait (Pending) instead. A pod is
+  # rewritten only where it keeps what it could do; otherwise it is left as it is and the
+  # warning says why: its node's taints are not known (no look-ups, or the node is missing),
+  # it has schedulingGates, another scheduler, or a constraint below.
   node-affinity:
     mode: enforce          # for Pods on CREATE
     templates: warn        # for the pod templates of workloads (Deployment, Job, CronJob, ...)
-    tolerateNodeTaints: true   # add tolerations for the node's NoSchedule taints (nodeName ignored them)
-    ignoreTaints:              # never tolerated: the cordon taint keeps meaning "do not place here"
-      - node.kubernetes.io/unschedulable
+    tolerateNodeTaints: true   # add tolerations for the node's NoSchedule taints (nodeName ignored them),
+                               # never for Kubernetes' own node.kubernetes.io/* taints (conditions such
+                               # as disk-pressure, the cordon): those keep the pod Pending, as they should
+    ignoreTaints: []           # more taints never tolerated
+    schedulers:                # schedulers known to honour matchFields on metadata.name; pods
+      - default-scheduler      # for any other schedulerName are left as they are
+    rewriteConstrainedPods: false  # required pod (anti-)affinity or DoNotSchedule topology spread:
+                                   # the kubelet never enforced them for a nodeName pod, the scheduler
+                                   # would, and replicas pinned side by side could wait forever
+    skipPriorityClasses: false # true: leave pods with a priorityClassName as they are (as node affinity
+                               # they could preempt the node's pods; a nodeName pod never did)
 
   # Small agent pods must land on a given node even when its resources are fully requested:
   # requests become an explicit "0" (or the LimitRange minimum), limits are kept (Burstable).

@@ -7,7 +7,9 @@ mod common;
 
 use common::k8s_rules;
 use common::schema::validate_with_schema;
-use common::server::{Options, Server, create_review, fixture, review_of, warnings_of};
+use common::server::{
+    Options, Server, create_review, fixture, review_of, start_knowing_nodes, warnings_of,
+};
 use serde_json::{Value, json};
 
 const H1: &[&[u8]] = &[b"http/1.1"];
@@ -91,9 +93,9 @@ fn gke_pod() -> Value {
     fixture("admissionreview-v1-pod-create-gke-kube-rs.json")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_with_node_name_comes_back_with_required_node_affinity() {
-    let server = Server::start(Options::default());
+    let (_stub, server) = start_knowing_nodes(&["gke-node-1"], Options::default()).await;
     let mut review = gke_pod();
     review["request"]["object"]["spec"]["nodeName"] = json!("gke-node-1");
     let applied = mutate(&server, &review).await;
@@ -127,6 +129,29 @@ async fn a_pod_with_node_name_comes_back_with_required_node_affinity() {
     assert_idempotent(&server, &applied.object).await;
 }
 
+/// Without cluster look-ups (`podmend serve` without a kubeconfig) the node's taints are
+/// unknown, and a rewrite could leave the pod Pending for ever on a tainted node: the pod is
+/// allowed as it is and the warning says why.
+#[tokio::test]
+async fn without_look_ups_a_pod_with_node_name_is_allowed_unchanged_and_the_warning_says_why() {
+    let server = Server::start(Options::default());
+    let mut review = gke_pod();
+    review["request"]["object"]["spec"]["nodeName"] = json!("gke-node-1");
+    let applied = mutate(&server, &review).await;
+    assert!(!applied.patched, "{:#}", applied.object);
+    assert_eq!(applied.object, review["request"]["object"]);
+    assert_eq!(applied.warnings.len(), 1, "{:?}", applied.warnings);
+    let warning = &applied.warnings[0];
+    assert!(
+        warning.starts_with("podmend node-affinity")
+            && warning.contains(
+                "left as is: node gke-node-1's taints are unknown without cluster look-ups"
+            ),
+        "{warning}"
+    );
+    assert!(warning.chars().count() <= 120, "too long: {warning}");
+}
+
 /// How many review helpers `serve` started, from the line that says it is serving.
 fn review_helpers(server: &Server) -> usize {
     let log = server.log_once(|log| log.contains("review_helpers"));
@@ -141,9 +166,9 @@ fn review_helpers(server: &Server) -> usize {
     digits.parse().expect("review_helpers is a number")
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reviews_handed_to_a_review_helper_get_the_answers_the_worker_gives() {
-    let server = Server::start(Options::default());
+    let (_stub, server) = start_knowing_nodes(&["gke-node-1"], Options::default()).await;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(
         review_helpers(&server),
@@ -157,6 +182,11 @@ async fn reviews_handed_to_a_review_helper_get_the_answers_the_worker_gives() {
     let untouched_answer = post(&server, H1, "/mutate", &untouched).await;
     let pinned_answer = post(&server, H1, "/mutate", &pinned).await;
     assert_ne!(untouched_answer.1, pinned_answer.1);
+    assert!(
+        pinned_answer.1["response"]["patch"].is_string(),
+        "the pinned pod is repaired: {}",
+        pinned_answer.1
+    );
     // After a repair the next review goes to a free helper (with two cores or more), after an
     // untouched pod it stays where it was read: these take both ways, one at a time and then
     // sixteen at once, over HTTP/2.
@@ -191,9 +221,10 @@ async fn reviews_handed_to_a_review_helper_get_the_answers_the_worker_gives() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_jenkins_agent_keeps_its_limits_and_gets_zero_requests() {
-    let server = Server::start(Options::default());
+    let (_stub, server) =
+        start_knowing_nodes(&["ip-10-0-1-23.ec2.internal"], Options::default()).await;
     let mut pod = fixture("jenkins-k8s-plugin-agent-pod-default-jnlp-as-submitted-eks.yaml");
     pod["spec"]["nodeName"] = json!("ip-10-0-1-23.ec2.internal");
     let applied = mutate(&server, &create_review("jenkins", &pod, "jenkins")).await;
@@ -226,9 +257,9 @@ async fn a_jenkins_agent_keeps_its_limits_and_gets_zero_requests() {
     assert_idempotent(&server, &applied.object).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pinniped_agent_deployment_is_warned_about_but_unchanged_by_default() {
-    let server = Server::start(Options::default());
+    let (_stub, server) = start_knowing_nodes(&["minikube"], Options::default()).await;
     let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
     let applied = mutate(
         &server,
@@ -254,14 +285,18 @@ async fn a_pinniped_agent_deployment_is_warned_about_but_unchanged_by_default() 
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced() {
     let config =
         "rules:\n  node-affinity: {templates: enforce}\n  agent-requests: {templates: enforce}\n";
-    let server = Server::start(Options {
-        config: Some(config.to_string()),
-        ..Options::default()
-    });
+    let (_stub, server) = start_knowing_nodes(
+        &["minikube"],
+        Options {
+            config: Some(config.to_string()),
+            ..Options::default()
+        },
+    )
+    .await;
     let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
     let applied = mutate(
         &server,
@@ -292,9 +327,9 @@ async fn a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced() {
     assert_idempotent(&server, &applied.object).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fields_unknown_to_podmend_survive_the_round_trip() {
-    let server = Server::start(Options::default());
+    let (_stub, server) = start_knowing_nodes(&["n1"], Options::default()).await;
     let mut review = gke_pod();
     let object = &mut review["request"]["object"];
     object["spec"]["nodeName"] = json!("n1");
@@ -347,9 +382,9 @@ async fn every_captured_request_podmend_must_not_change_is_allowed_without_a_pat
     assert!(!applied.patched);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations() {
-    let server = Server::start(Options::default());
+    let (_stub, server) = start_knowing_nodes(&["vk-aci-test-aks"], Options::default()).await;
     let pod = fixture("virtual-kubelet-aci-e2e-pod-with-nodename-and-nodeselector.yaml");
     let applied = mutate(&server, &create_review("vk", &pod, "default")).await;
     assert!(applied.patched);
@@ -364,9 +399,9 @@ async fn a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations() {
     assert_valid(&applied.object);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_is_negotiated_and_answers_the_same() {
-    let server = Server::start(Options::default());
+    let (_stub, server) = start_knowing_nodes(&["n1"], Options::default()).await;
     let mut review = gke_pod();
     review["request"]["object"]["spec"]["nodeName"] = json!("n1");
     let (status1, body1, version1) = post(&server, H1, "/mutate", &review).await;
@@ -374,15 +409,20 @@ async fn http2_is_negotiated_and_answers_the_same() {
     assert_eq!((status1, status2), (200, 200));
     assert_eq!(version1, reqwest::Version::HTTP_11);
     assert_eq!(version2, reqwest::Version::HTTP_2);
+    assert!(body1["response"]["patch"].is_string(), "{body1}");
     assert_eq!(body1, body2);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_mode_rejects_on_the_validating_webhook_with_a_message() {
-    let server = Server::start(Options {
-        config: Some("rules:\n  node-affinity: {mode: deny}\n".to_string()),
-        ..Options::default()
-    });
+    let (_stub, server) = start_knowing_nodes(
+        &["n1"],
+        Options {
+            config: Some("rules:\n  node-affinity: {mode: deny}\n".to_string()),
+            ..Options::default()
+        },
+    )
+    .await;
     let mut review = gke_pod();
     review["request"]["object"]["spec"]["nodeName"] = json!("n1");
     let (status, body, _) = post(&server, H1, "/validate", &review).await;
@@ -466,9 +506,9 @@ async fn unreadable_requests_get_a_clear_4xx_and_the_server_stays_healthy() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_rule_actions_and_certificate_expiry() {
-    let server = Server::start(Options::default());
+    let (_stub, server) = start_knowing_nodes(&["n1"], Options::default()).await;
     let mut review = gke_pod();
     review["request"]["object"]["spec"]["nodeName"] = json!("n1");
     mutate(&server, &review).await;
@@ -495,9 +535,9 @@ async fn metrics_count_requests_rule_actions_and_certificate_expiry() {
     assert!(expiry > 1_700_000_000, "{expiry}");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_its_controller_creates_is_logged_by_its_generate_name() {
-    let server = Server::start(Options::default());
+    let (_stub, server) = start_knowing_nodes(&["gke-node-1"], Options::default()).await;
     // As a ReplicaSet's pod reaches admission: no name yet, in the request or the object.
     let unnamed = |generate_name: &str, node_name: Option<&str>| {
         let mut review = gke_pod();
@@ -526,12 +566,16 @@ async fn a_pod_its_controller_creates_is_logged_by_its_generate_name() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_config_is_reloaded_and_an_invalid_one_keeps_the_old() {
-    let server = Server::start(Options {
-        config: Some("rules:\n  node-affinity: {templates: warn}\n".to_string()),
-        ..Options::default()
-    });
+    let (_stub, server) = start_knowing_nodes(
+        &["minikube"],
+        Options {
+            config: Some("rules:\n  node-affinity: {templates: warn}\n".to_string()),
+            ..Options::default()
+        },
+    )
+    .await;
     let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
     let review = create_review("reload", &deployment, "pinniped-concierge");
     assert!(!mutate(&server, &review).await.patched);

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use common::api_stub::ApiStub;
+use common::server::untainted_node;
 use common::storm::seed_workloads;
 use podmend::audit::cluster::{ClusterAuditError, ClusterAuditOptions, audit_cluster, client_for};
 use podmend::audit::policy_reports::{
@@ -41,15 +42,19 @@ fn yaml_fixture(name: &str) -> Value {
     serde_yaml_ng::from_str(&read(name)).unwrap()
 }
 
+/// The cluster's Nodes: three of `tests/fixtures/cluster/`, and `minikube` (untainted, as
+/// minikube leaves its node), where the Pinniped Deployment pins its pods.
 fn nodes() -> Vec<Value> {
-    [
+    let mut nodes: Vec<Value> = [
         "node-virtual-kubelet-aci.json",
         "node-kubeadm-control-plane.json",
         "node-cordoned-worker.json",
     ]
     .iter()
     .map(|n| cluster_fixture(n))
-    .collect()
+    .collect();
+    nodes.push(untainted_node("minikube"));
+    nodes
 }
 
 fn limit_ranges() -> Vec<Value> {
@@ -332,7 +337,19 @@ async fn templates_get_node_affinity_agents_get_requests_and_scheduled_pods_noth
                 list_item: None,
             }
         );
-        assert!(deployment.message.contains("spec.nodeName=minikube"));
+        assert!(
+            deployment.message.contains("spec.nodeName=minikube"),
+            "{}",
+            deployment.message
+        );
+        assert!(
+            deployment
+                .patch
+                .iter()
+                .any(|op| op.path().as_str() == "/spec/template/spec/nodeName"),
+            "{:?}",
+            deployment.patch
+        );
         // Its ReplicaSet belongs to the Deployment: left alone, as the webhook does.
         assert!(
             report
@@ -427,12 +444,13 @@ async fn a_namespace_scopes_every_namespaced_list() {
                 .iter()
                 .any(|r| r.starts_with("/api/v1/namespaces/jenkins/limitranges?"))
         );
-        // Nodes are cluster-scoped; nothing else is listed across namespaces.
+        // Nodes are cluster-scoped, and the namespace's own object is read (for its
+        // toleration whitelist); nothing else is listed across namespaces.
         assert!(
             requests
                 .iter()
                 .filter(|r| !r.starts_with("/api/v1/nodes?") && !r.starts_with("/version"))
-                .all(|r| r.contains("/namespaces/jenkins/")),
+                .all(|r| r.contains("/namespaces/jenkins/") || r == "/api/v1/namespaces/jenkins"),
             "{requests:#?}"
         );
         assert!(
@@ -535,7 +553,13 @@ async fn findings_without_a_namespace_go_to_one_cluster_policy_report() {
         helm_source: None,
         list_item: None,
     };
-    report.add_object(&engine, &StaticCluster::offline(), &deployment, source);
+    let cluster = StaticCluster::empty().with_node("n1", vec![]);
+    report.add_object(&engine, &cluster, &deployment, source);
+    assert!(
+        !report.findings[0].patch.is_empty(),
+        "{:#?}",
+        report.findings
+    );
     let reports = policy_reports(&report);
     assert_eq!(reports.len(), 1);
     assert_eq!(reports[0]["kind"], "ClusterPolicyReport");

@@ -1,6 +1,8 @@
 //! `podmend audit` on manifests, through the real binary: golden directories (input →
 //! expected findings and expected repaired YAML), the same patch as the webhook, repaired
-//! output that re-audits clean and passes the official schema, and input errors.
+//! output that re-audits clean and passes the official schema, and input errors. Audits that
+//! repair pinned pods read the cluster from `--cluster-snapshot` ([`SNAPSHOT`]): without one
+//! podmend cannot know a node's taints and leaves such pods as they are.
 //!
 //! `PODMEND_BLESS=1 cargo test --test audit_files` rewrites the golden files; review the diff.
 
@@ -11,8 +13,34 @@ use std::process::{Command, Stdio};
 
 use common::k8s_rules;
 use common::schema::validate_with_schema;
-use common::server::{BIN, Options, Server, create_review};
+use common::server::{BIN, Options, create_review, start_knowing_nodes};
 use serde_json::{Value, json};
+
+/// The `--cluster-snapshot` of the golden cases: every node they, and this file's own
+/// manifests, pin a pod to (untainted), as `kubectl get nodes,namespaces,limitranges -A -o
+/// yaml` prints them.
+const SNAPSHOT: &str = "tests/fixtures/audit/cluster-snapshot.yaml";
+
+/// The names of the Nodes in [`SNAPSHOT`].
+fn snapshot_nodes() -> Vec<String> {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(SNAPSHOT))
+        .expect("the cluster snapshot");
+    let list: Value = serde_yaml_ng::from_str(&text).expect("the snapshot is a YAML List");
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter(|item| item["kind"] == "Node")
+        .map(|node| node["metadata"]["name"].as_str().expect("name").to_string())
+        .collect()
+}
+
+/// `args` after `--cluster-snapshot SNAPSHOT`.
+fn with_snapshot<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = vec!["--cluster-snapshot", SNAPSHOT];
+    all.extend_from_slice(args);
+    all
+}
 
 fn case_dir(case: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -89,12 +117,12 @@ fn check_golden(path: &Path, actual: &str) {
 fn run_golden(case: &str, expected_status: i32) {
     let dir = case_dir(case);
     let input = relative(&dir.join("input"));
-    let json_run = audit(&["-o", "json", &input], None);
+    let json_run = audit(&with_snapshot(&["-o", "json", &input]), None);
     assert_eq!(json_run.status, expected_status, "{}", json_run.stderr);
     let report: Value = serde_json::from_str(&json_run.stdout).expect("json report");
     let digest = serde_json::to_string_pretty(&findings_digest(&report)).expect("json") + "\n";
     check_golden(&dir.join("expected-findings.json"), &digest);
-    let yaml_run = audit(&["-o", "yaml", &input], None);
+    let yaml_run = audit(&with_snapshot(&["-o", "yaml", &input]), None);
     check_golden(&dir.join("expected.yaml"), &yaml_run.stdout);
 }
 
@@ -111,6 +139,118 @@ fn list_items_are_audited_one_by_one() {
 #[test]
 fn real_objects_from_public_projects_match_their_golden_findings() {
     run_golden("real-objects", 3);
+}
+
+/// The node-affinity findings of a JSON report, as (object name, message, patch).
+fn node_affinity_findings(report: &Value) -> Vec<(String, String, Value)> {
+    report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter(|f| f["rule"] == "node-affinity")
+        .map(|f| {
+            (
+                f["object"]["name"].as_str().unwrap_or("").to_string(),
+                f["message"].as_str().unwrap_or("").to_string(),
+                f["patch"].clone(),
+            )
+        })
+        .collect()
+}
+
+/// Without look-ups podmend cannot know the node's taints, and a rewrite could leave a pod
+/// that ran on a tainted node Pending for ever: each pinned pod is reported as a note saying
+/// so, and left as it is in every output. With `--cluster-snapshot` naming the node it is
+/// repaired; a node the snapshot lacks is not known, so its pod is left as it is too.
+#[test]
+fn an_offline_audit_leaves_node_name_pods_as_they_are_and_says_a_snapshot_would_repair_them() {
+    let input = relative(&case_dir("helm-render").join("input/helm-template.yaml"));
+    let pinned = [
+        ("pinned-builder", "build-node-1"),
+        ("jenkins-agent-7", "build-node-2"),
+    ];
+
+    let offline = audit(&["-o", "json", &input], None);
+    let report: Value = serde_json::from_str(&offline.stdout).expect("json report");
+    let findings = node_affinity_findings(&report);
+    assert_eq!(findings.len(), pinned.len(), "{report:#}");
+    for ((name, message, patch), (object, node)) in findings.iter().zip(pinned) {
+        assert_eq!(name, object);
+        assert_eq!(
+            message,
+            &format!("left as is: node {node}'s taints are unknown without cluster look-ups")
+        );
+        assert_eq!(patch, &json!([]), "{name}: no patch");
+    }
+    for repair in report["repairs"].as_array().expect("repairs") {
+        assert!(
+            !repair["patch"].to_string().contains("nodeName"),
+            "an offline repair touched nodeName: {repair}"
+        );
+    }
+    let table = audit(&[&input], None);
+    let rows: Vec<&str> = table
+        .stdout
+        .lines()
+        .filter(|line| line.contains("node-affinity") && line.contains("left as is"))
+        .collect();
+    assert_eq!(rows.len(), pinned.len(), "{}", table.stdout);
+    assert!(rows.iter().all(|row| row.starts_with("note ")), "{rows:?}");
+    let yaml = audit(&["-o", "yaml", &input], None);
+    for (_, node) in pinned {
+        assert!(
+            yaml.stdout.contains(&format!("nodeName: {node}\n")),
+            "{}",
+            yaml.stdout
+        );
+    }
+    // A note never fails the run: a pinned pod alone, offline, exits clean.
+    let only_pinned = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ci}\nspec:\n  nodeName: node-1\n  containers: [{name: a, image: busybox}]\n";
+    assert_eq!(audit(&["-o", "json", "-"], Some(only_pinned)).status, 0);
+
+    // The snapshot variant: the same files, repaired.
+    let known = audit(&with_snapshot(&["-o", "json", &input]), None);
+    let report: Value = serde_json::from_str(&known.stdout).expect("json report");
+    let findings = node_affinity_findings(&report);
+    assert_eq!(findings.len(), pinned.len(), "{report:#}");
+    for ((name, message, patch), (_, node)) in findings.iter().zip(pinned) {
+        assert_eq!(
+            message,
+            &format!(
+                "spec.nodeName={node} became required node affinity, so the scheduler checks the pod fits"
+            )
+        );
+        assert!(
+            patch
+                .as_array()
+                .expect("patch")
+                .iter()
+                .any(|op| op["op"] == "remove"
+                    && op["path"].as_str().unwrap_or("").ends_with("/nodeName")),
+            "{name}: {patch}"
+        );
+    }
+    let yaml = audit(&with_snapshot(&["-o", "yaml", &input]), None);
+    assert!(!yaml.stdout.contains("nodeName"), "{}", yaml.stdout);
+    assert_eq!(
+        audit(&with_snapshot(&["-o", "json", "-"]), Some(only_pinned)).status,
+        3
+    );
+
+    // A node the snapshot does not have: podmend cannot know its taints either.
+    let elsewhere = only_pinned.replace("node-1", "not-in-the-snapshot");
+    let run = audit(&with_snapshot(&["-o", "json", "-"]), Some(&elsewhere));
+    let report: Value = serde_json::from_str(&run.stdout).expect("json report");
+    let findings = node_affinity_findings(&report);
+    assert_eq!(findings.len(), 1, "{report:#}");
+    assert!(
+        findings[0]
+            .1
+            .starts_with("left as is: node not-in-the-snapshot is not known"),
+        "{findings:?}"
+    );
+    assert_eq!(findings[0].2, json!([]));
+    assert_eq!(run.status, 0);
 }
 
 #[test]
@@ -147,9 +287,16 @@ fn a_broken_document_among_good_ones_exits_1_names_the_line_and_reports_the_rest
 #[test]
 fn fail_on_decides_the_exit_status() {
     let input = relative(&case_dir("helm-render").join("input"));
-    assert_eq!(audit(&["-o", "json", &input], None).status, 3);
     assert_eq!(
-        audit(&["-o", "json", "--fail-on", "enforce", &input], None).status,
+        audit(&with_snapshot(&["-o", "json", &input]), None).status,
+        3
+    );
+    assert_eq!(
+        audit(
+            &with_snapshot(&["-o", "json", "--fail-on", "enforce", &input]),
+            None
+        )
+        .status,
         3
     );
     let only_warn = relative(&case_dir("helm-render").join("input/helm-template.yaml"));
@@ -162,7 +309,7 @@ fn fail_on_decides_the_exit_status() {
     let config_path = config.path().display().to_string();
     assert_eq!(
         audit(
-            &[
+            &with_snapshot(&[
                 "-o",
                 "json",
                 "--config",
@@ -170,29 +317,40 @@ fn fail_on_decides_the_exit_status() {
                 "--fail-on",
                 "deny",
                 &only_warn
-            ],
+            ]),
             None
         )
         .status,
         0
     );
     assert_eq!(
-        audit(&["-o", "json", "--config", &config_path, &only_warn], None).status,
+        audit(
+            &with_snapshot(&["-o", "json", "--config", &config_path, &only_warn]),
+            None
+        )
+        .status,
         3
     );
     assert_eq!(
-        audit(&["-o", "json", "--fail-on", "never", &input], None).status,
+        audit(
+            &with_snapshot(&["-o", "json", "--fail-on", "never", &input]),
+            None
+        )
+        .status,
         0
     );
     let clean = "apiVersion: v1\nkind: Pod\nmetadata: {name: ok}\nspec:\n  containers: [{name: a, image: x}]\n";
-    assert_eq!(audit(&["-o", "json", "-"], Some(clean)).status, 0);
+    assert_eq!(
+        audit(&with_snapshot(&["-o", "json", "-"]), Some(clean)).status,
+        0
+    );
 }
 
 #[test]
 fn yaml_output_works_as_a_post_renderer_on_stdin_and_re_audits_clean() {
     let input = std::fs::read_to_string(case_dir("helm-render").join("input/helm-template.yaml"))
         .expect("input");
-    let repaired = audit(&["-o", "yaml", "-"], Some(&input));
+    let repaired = audit(&with_snapshot(&["-o", "yaml", "-"]), Some(&input));
     assert_eq!(
         repaired.status, 0,
         "a post-renderer must exit 0: {}",
@@ -207,7 +365,8 @@ fn yaml_output_works_as_a_post_renderer_on_stdin_and_re_audits_clean() {
         repaired.stdout.contains("- port: 80   # kept as written"),
         "untouched documents stay byte for byte"
     );
-    let again = audit(&["-o", "json", "-"], Some(&repaired.stdout));
+    assert!(!repaired.stdout.contains("nodeName"), "{}", repaired.stdout);
+    let again = audit(&with_snapshot(&["-o", "json", "-"]), Some(&repaired.stdout));
     let report: Value = serde_json::from_str(&again.stdout).expect("json");
     assert_eq!(report["summary"]["findings"], 0, "{}", again.stdout);
     assert_eq!(again.status, 0);
@@ -217,9 +376,10 @@ fn yaml_output_works_as_a_post_renderer_on_stdin_and_re_audits_clean() {
 fn repaired_yaml_passes_the_official_schema_and_the_api_rules() {
     for case in ["helm-render", "list", "real-objects"] {
         let run = audit(
-            &["-o", "yaml", &relative(&case_dir(case).join("input"))],
+            &with_snapshot(&["-o", "yaml", &relative(&case_dir(case).join("input"))]),
             None,
         );
+        assert!(!run.stdout.contains("nodeName:"), "{case}: {}", run.stdout);
         let mut objects = Vec::new();
         for document in serde_yaml_ng::Deserializer::from_str(&run.stdout) {
             let value: Value = serde::Deserialize::deserialize(document).expect("yaml document");
@@ -245,21 +405,27 @@ fn repaired_yaml_passes_the_official_schema_and_the_api_rules() {
 }
 
 /// The audit's repair for an object is exactly what the webhook sends for it (every rule
-/// enforcing, as audit shows the repair whatever the mode).
+/// enforcing, as audit shows the repair whatever the mode), both looking up the same nodes:
+/// the audit in [`SNAPSHOT`], the webhook in a cluster that has them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_patch_equals_the_webhook_patch_for_the_same_object() {
     let all_enforce =
         "rules:\n  node-affinity: {templates: enforce}\n  agent-requests: {templates: enforce}\n";
-    let server = Server::start_async(Options {
-        config: Some(all_enforce.to_string()),
-        ..Options::default()
-    })
+    let nodes = snapshot_nodes();
+    let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
+    let (_stub, server) = start_knowing_nodes(
+        &nodes,
+        Options {
+            config: Some(all_enforce.to_string()),
+            ..Options::default()
+        },
+    )
     .await;
     let mut compared = 0;
     for case in ["helm-render", "list", "real-objects"] {
         let dir = case_dir(case).join("input");
-        let run = audit(&["-o", "patch", &relative(&dir)], None);
-        let json_report = audit(&["-o", "json", &relative(&dir)], None);
+        let run = audit(&with_snapshot(&["-o", "patch", &relative(&dir)]), None);
+        let json_report = audit(&with_snapshot(&["-o", "json", &relative(&dir)]), None);
         let report: Value = serde_json::from_str(&json_report.stdout).expect("json");
         assert_eq!(
             run.stdout.lines().count(),
@@ -342,7 +508,7 @@ fn an_unreadable_file_is_named_on_stderr_in_every_format_and_the_good_files_are_
     let dir = broken_and_good_dir();
     let path = dir.path().display().to_string();
     for format in ["table", "json", "sarif", "patch", "yaml"] {
-        let run = audit(&["-o", format, &path], None);
+        let run = audit(&with_snapshot(&["-o", format, &path]), None);
         assert_eq!(run.status, 1, "-o {format}: {}", run.stderr);
         let line = run
             .stderr
@@ -426,7 +592,7 @@ fn a_pod_whose_spec_does_not_decode_is_an_input_error_naming_the_field() {
 fn replication_controllers_and_pod_templates_are_audited_like_other_workloads() {
     let manifests = "apiVersion: v1\nkind: ReplicationController\nmetadata: {name: rc, namespace: ci}\nspec:\n  replicas: 1\n  selector: {app: rc}\n  template:\n    metadata: {labels: {app: rc}}\n    spec:\n      nodeName: node-1\n      containers: [{name: a, image: busybox}]\n---\n\
         apiVersion: v1\nkind: PodTemplate\nmetadata: {name: pt, namespace: ci}\ntemplate:\n  metadata: {labels: {app: pt}}\n  spec:\n    nodeName: node-2\n    containers: [{name: a, image: busybox}]\n";
-    let run = audit(&["-o", "json", "-"], Some(manifests));
+    let run = audit(&with_snapshot(&["-o", "json", "-"]), Some(manifests));
     assert_eq!(run.status, 3, "{}", run.stderr);
     let report: Value = serde_json::from_str(&run.stdout).expect("json");
     assert_eq!(report["summary"]["withoutPodSpec"], 0, "{report}");
@@ -449,7 +615,7 @@ fn replication_controllers_and_pod_templates_are_audited_like_other_workloads() 
             .any(|op| op["op"] == "remove" && op["path"] == pointer);
         assert!(removes_node_name, "{finding}");
     }
-    let repaired = audit(&["-o", "yaml", "-"], Some(manifests));
+    let repaired = audit(&with_snapshot(&["-o", "yaml", "-"]), Some(manifests));
     assert_eq!(repaired.status, 0);
     assert!(!repaired.stdout.contains("nodeName"), "{}", repaired.stdout);
 }

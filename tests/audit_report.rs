@@ -36,6 +36,14 @@ fn pinned_deployment() -> Value {
             "spec": {"nodeName": "node-2", "containers": [{"name": "web", "image": "nginx"}]}}}})
 }
 
+/// The cluster the pinned objects' nodes are in, untainted, as the webhook or `podmend audit
+/// --cluster-snapshot` looks it up: without the nodes podmend leaves those objects as they are.
+fn cluster() -> StaticCluster {
+    StaticCluster::empty()
+        .with_node("node-1", vec![])
+        .with_node("node-2", vec![])
+}
+
 fn jenkins_agent(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": "jenkins", "labels": {"jenkins/label": "build"}},
@@ -71,7 +79,7 @@ struct Fixture {
 fn full_report() -> Fixture {
     let engine = Engine::new(&Config::default());
     let deny = Engine::new(&deny_agents());
-    let cluster = StaticCluster::offline();
+    let cluster = cluster();
     let mut report = Report::default();
     let mut objects = Vec::new();
     let mut add = |engine: &Engine, object: Value, source: Source| {
@@ -269,7 +277,7 @@ fn cluster_objects_show_no_location_in_the_table() {
     let mut report = Report::default();
     report.add_object(
         &Engine::new(&Config::default()),
-        &StaticCluster::offline(),
+        &cluster(),
         &pinned_pod(),
         source("cluster", 0, 0),
     );
@@ -564,7 +572,7 @@ fn a_stdin_source_is_reported_as_uri_stdin() {
     let mut report = Report::default();
     report.add_object(
         &Engine::new(&Config::default()),
-        &StaticCluster::offline(),
+        &cluster(),
         &pinned_pod(),
         source("-", 1, 4),
     );
@@ -581,7 +589,7 @@ fn cluster_findings_get_a_logical_location_and_no_physical_one() {
     let mut report = Report::default();
     report.add_object(
         &Engine::new(&Config::default()),
-        &StaticCluster::offline(),
+        &cluster(),
         &pinned_pod(),
         source("cluster", 0, 0),
     );
@@ -601,12 +609,7 @@ fn file_paths_become_relative_forward_slash_uris() {
     let mut report = Report::default();
     let engine = Engine::new(&Config::default());
     for file in ["./deploy/pod.yaml", "deploy\\win pod.yaml"] {
-        report.add_object(
-            &engine,
-            &StaticCluster::offline(),
-            &pinned_pod(),
-            source(file, 1, 1),
-        );
+        report.add_object(&engine, &cluster(), &pinned_pod(), source(file, 1, 1));
     }
     let text = report::sarif(&report, "0.1.0");
     let log: Value = serde_json::from_str(&text).unwrap();
@@ -631,8 +634,8 @@ fn report_with_every_rule() -> Report {
     let mut config = Config::default();
     config.rules.virtual_node_phase.mode = Mode::Enforce;
     let engine = Engine::new(&config);
-    let cluster = StaticCluster::empty()
-        .with_labeled_node("virtual-node-aci-linux", &[("type", "virtual-kubelet")]);
+    let cluster =
+        cluster().with_labeled_node("virtual-node-aci-linux", &[("type", "virtual-kubelet")]);
     let mut report = Report::default();
     let dind = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "dind", "namespace": "ci"},
         "spec": {"containers": [

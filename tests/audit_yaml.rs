@@ -7,11 +7,11 @@
 
 mod common;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::server::BIN;
+use common::server::{BIN, untainted_node};
 use common::yaml_readers::{ReaderCase, reader_disagreements};
 use podmend::audit::{manifests, yaml};
 use serde_json::{Map, Value, json};
@@ -249,6 +249,41 @@ fn ambiguous_deployment() -> Value {
     })
 }
 
+/// Every `nodeName` string anywhere in `value`.
+fn node_names(value: &Value, names: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                match inner.as_str() {
+                    Some(name) if key == "nodeName" && !name.is_empty() => {
+                        names.insert(name.to_string());
+                    }
+                    _ => node_names(inner, names),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| node_names(item, names)),
+        _ => {}
+    }
+}
+
+/// Writes `dir/cluster-snapshot.json`, a `--cluster-snapshot` (a List, as `kubectl get
+/// nodes -o json` prints it) with an untainted Node for every `nodeName` in `objects`, and
+/// returns its path: podmend rewrites a pinned pod only when it knows the node's taints, as
+/// in a cluster where the node exists.
+fn snapshot_of_nodes<'a>(objects: impl IntoIterator<Item = &'a Value>, dir: &Path) -> String {
+    let mut names = BTreeSet::new();
+    for object in objects {
+        node_names(object, &mut names);
+    }
+    let items: Vec<Value> = names.iter().map(|name| untainted_node(name)).collect();
+    let path = dir.join("cluster-snapshot.json");
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}});
+    std::fs::write(&path, serde_json::to_string_pretty(&list).expect("JSON"))
+        .expect("write the snapshot");
+    path.display().to_string()
+}
+
 struct Run {
     status: i32,
     stdout: String,
@@ -285,9 +320,15 @@ fn documents(yaml: &str) -> Vec<String> {
 /// A repaired object's patch, and its index when it is an item of a List.
 type Repair = (Option<usize>, Vec<json_patch::PatchOperation>);
 
-/// Each repaired file's repairs, from `-o patch` (JSON Lines), by file name.
-fn repairs(dir: &Path) -> HashMap<String, Vec<Repair>> {
-    let run = audit(&["-o", "patch", &dir.display().to_string()]);
+/// Each repaired file's repairs, from `-o patch` (JSON Lines) with `snapshot`, by file name.
+fn repairs(dir: &Path, snapshot: &str) -> HashMap<String, Vec<Repair>> {
+    let run = audit(&[
+        "--cluster-snapshot",
+        snapshot,
+        "-o",
+        "patch",
+        &dir.display().to_string(),
+    ]);
     assert!(run.stderr.is_empty(), "{}", run.stderr);
     let mut repairs: HashMap<String, Vec<Repair>> = HashMap::new();
     for line in run.stdout.lines() {
@@ -332,8 +373,16 @@ fn through_audit_o_yaml(objects: &[(String, Value)]) -> (Vec<ReaderCase>, Vec<St
         std::fs::write(dir.path().join(&file), &text).expect("write object");
         files.push((file, name, object, text));
     }
-    let repairs = repairs(dir.path());
-    let run = audit(&["-o", "yaml", &dir.path().display().to_string()]);
+    let cluster = tempfile::tempdir().expect("temporary directory");
+    let snapshot = snapshot_of_nodes(objects.iter().map(|(_, object)| object), cluster.path());
+    let repairs = repairs(dir.path(), &snapshot);
+    let run = audit(&[
+        "--cluster-snapshot",
+        &snapshot,
+        "-o",
+        "yaml",
+        &dir.path().display().to_string(),
+    ]);
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert!(run.stderr.is_empty(), "{}", run.stderr);
     let written = documents(&run.stdout);
@@ -453,8 +502,10 @@ fn the_argo_workflows_mysql_deployment_keeps_its_yes_a_string() {
     let path = dir.path().join("mysql-deployment.yaml");
     std::fs::write(&path, &input).expect("write input");
     let path = path.display().to_string();
+    let cluster = tempfile::tempdir().expect("temporary directory");
+    let snapshot = snapshot_of_nodes(&[json!({"nodeName": NODE})], cluster.path());
 
-    let run = audit(&["-o", "yaml", &path]);
+    let run = audit(&["--cluster-snapshot", &snapshot, "-o", "yaml", &path]);
     assert_eq!(run.status, 0, "{}", run.stderr);
     assert!(
         run.stdout.contains("  value: 'yes'\n"),
@@ -462,7 +513,7 @@ fn the_argo_workflows_mysql_deployment_keeps_its_yes_a_string() {
         run.stdout
     );
 
-    let repairs = repairs(dir.path());
+    let repairs = repairs(dir.path(), &snapshot);
     let repairs = repairs
         .get("mysql-deployment.yaml")
         .expect("the Deployment is repaired");

@@ -131,6 +131,13 @@ fn non_defaults() -> Vec<(&'static str, &'static str, Value)> {
             "ignoreTaints",
             json!(["example.com/maintenance"]),
         ),
+        (
+            "nodeAffinity",
+            "schedulers",
+            json!(["default-scheduler", "volcano"]),
+        ),
+        ("nodeAffinity", "rewriteConstrainedPods", json!(true)),
+        ("nodeAffinity", "skipPriorityClasses", json!(true)),
         ("agentRequests", "mode", json!("deny")),
         ("agentRequests", "templates", json!("deny")),
         ("agentRequests", "presets", json!(["jenkins-agent"])),

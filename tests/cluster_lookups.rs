@@ -424,22 +424,25 @@ async fn serve_runs_its_after_list_hook_once_each_cache_has_had_its_list() {
         let serving = tokio::spawn(server::serve(options, async move {
             let _ = stopped.await;
         }));
-        eventually("the Node and the LimitRange lists", || {
-            LISTS_SEEN.load(Ordering::SeqCst) >= 2
+        eventually("the Node, LimitRange and Namespace lists", || {
+            LISTS_SEEN.load(Ordering::SeqCst) >= 3
         })
         .await;
         let _ = stop.send(());
         let result = serving.await.expect("serve did not panic");
         assert!(result.is_ok(), "serve stopped cleanly: {result:?}");
-        // One call per list the API server answered: the Nodes' and the LimitRanges'.
+        // One call per list the API server answered: the Nodes', LimitRanges' and Namespaces'.
         let lists = |resource: &str| {
             stub.requests()
                 .iter()
                 .filter(|r| r.starts_with(&format!("/api/v1/{resource}?")) && !r.contains("watch="))
                 .count()
         };
-        assert_eq!((lists("nodes"), lists("limitranges")), (1, 1));
-        assert_eq!(LISTS_SEEN.load(Ordering::SeqCst), 2);
+        assert_eq!(
+            (lists("nodes"), lists("limitranges"), lists("namespaces")),
+            (1, 1, 1)
+        );
+        assert_eq!(LISTS_SEEN.load(Ordering::SeqCst), 3);
     })
     .await;
 }

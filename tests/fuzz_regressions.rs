@@ -33,16 +33,19 @@ fn fixture(name: &str) -> String {
     String::from_utf8_lossy(&fixture_bytes(name)).into_owned()
 }
 
-/// `podmend audit FILE` without a cluster: the reader, then every object through the engine.
+/// `podmend audit --cluster-snapshot SNAPSHOT FILE` with a snapshot holding node `n1`, which
+/// the inputs pin pods to (untainted): the reader, then every object through the engine.
+/// Without the node podmend would leave such pods as they are, and repair nothing to render.
 fn audit(text: &str) -> (ManifestFile, Report) {
     let engine = Engine::new(&Config::default());
+    let cluster = StaticCluster::empty().with_node("n1", vec![]);
     let mut errors: Vec<InputError> = Vec::new();
     let file = manifests::parse("input.yaml", text.to_string(), &mut errors);
     let mut report = Report::default();
     for error in errors {
         report.add_error(error);
     }
-    report.add_file(&engine, &file);
+    report.add_file(&engine, &cluster, &file);
     (file, report)
 }
 

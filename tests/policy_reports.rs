@@ -37,8 +37,12 @@ fn findings(ns: &str, n: usize) -> Report {
         helm_source: None,
         list_item: None,
     };
-    one.add_object(&engine, &StaticCluster::offline(), &deployment, source);
+    // The cluster has the node (untainted): without it podmend leaves the template as it is
+    // and the finding is a note, without the patch a real finding carries.
+    let cluster = StaticCluster::empty().with_node("worker-17", vec![]);
+    one.add_object(&engine, &cluster, &deployment, source);
     assert_eq!(one.findings.len(), 1, "{:#?}", one.findings);
+    assert!(!one.findings[0].patch.is_empty(), "{:#?}", one.findings);
     let mut report = Report::default();
     for i in 0..n {
         let mut finding = one.findings[0].clone();

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::api_stub::ApiStub;
-use common::server::{Options, Server, create_review, fixture, publish_version, write_certs};
+use common::server::{
+    Options, Server, create_review, fixture, publish_version, start_knowing_nodes, write_certs,
+};
 use common::tls;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -137,12 +139,16 @@ async fn wait_for_metrics(server: &Server, what: &str, condition: impl Fn(&str) 
     }
 }
 
-/// A pod podmend repairs (its nodeName becomes required node affinity).
+/// A pod podmend repairs (its nodeName becomes required node affinity) once it knows the
+/// node: start the server with [`start_knowing_nodes`] and [`PINNED_TO`].
 fn pinned_pod_review() -> Value {
     let mut review = fixture("admissionreview-v1-pod-create-gke-kube-rs.json");
-    review["request"]["object"]["spec"]["nodeName"] = json!("node-1");
+    review["request"]["object"]["spec"]["nodeName"] = json!(PINNED_TO);
     review
 }
+
+/// The node [`pinned_pod_review`] names.
+const PINNED_TO: &str = "node-1";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_certificate_swapped_by_symlink_under_load_fails_no_request() {
@@ -151,10 +157,13 @@ async fn a_certificate_swapped_by_symlink_under_load_fails_no_request() {
     write_certs(&secret.join("..v1"));
     write_certs(&secret.join("..v2"));
     publish_version(&secret, "v1");
-    let server = Server::start_async(Options {
-        tls_dir: Some(secret.clone()),
-        ..Options::default()
-    })
+    let (_stub, server) = start_knowing_nodes(
+        &[PINNED_TO],
+        Options {
+            tls_dir: Some(secret.clone()),
+            ..Options::default()
+        },
+    )
     .await;
     // A client that trusts both CAs, as the API server does while a caBundle rotates.
     let cas: Vec<Vec<u8>> = ["..v1", "..v2"]
@@ -202,10 +211,13 @@ async fn served_leaf(server: &Server, ca_pem: &[u8]) -> Vec<u8> {
 async fn an_invalid_config_written_under_load_is_refused_and_the_old_one_keeps_serving() {
     // templates: enforce makes a Deployment's pod template repairable; the broken
     // replacement would otherwise not be noticed in the answers.
-    let server = Server::start_async(Options {
-        config: Some("rules:\n  node-affinity: {templates: enforce}\n".to_string()),
-        ..Options::default()
-    })
+    let (_stub, server) = start_knowing_nodes(
+        &["minikube"],
+        Options {
+            config: Some("rules:\n  node-affinity: {templates: enforce}\n".to_string()),
+            ..Options::default()
+        },
+    )
     .await;
     let deployment = fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml");
     let review = create_review("config", &deployment, "pinniped-concierge");
@@ -289,11 +301,13 @@ async fn trickled_request(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_under_load_drops_readiness_first_and_loses_no_request() {
-    let mut server = Server::start_async(Options {
-        wait_ready: true,
-        shutdown_delay_seconds: 2,
-        ..Options::default()
-    })
+    let (_stub, mut server) = start_knowing_nodes(
+        &[PINNED_TO],
+        Options {
+            shutdown_delay_seconds: 2,
+            ..Options::default()
+        },
+    )
     .await;
     let review = pinned_pod_review();
     let tally = Arc::new(Tally::default());

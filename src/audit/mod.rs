@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod manifests;
 pub mod policy_reports;
 pub mod report;
+pub mod snapshot;
 pub mod yaml;
 
 use json_patch::PatchOperation;
@@ -299,11 +300,15 @@ impl Report {
         outcome
     }
 
-    /// Reviews every object of a manifest file, without cluster look-ups (node taints and
-    /// LimitRanges are unknown to manifests): what `podmend audit FILE` does per file. An object
-    /// whose pod spec the API server would refuse is an input error, not reviewed.
-    pub fn add_file(&mut self, engine: &Engine, file: &manifests::ManifestFile) {
-        let offline = StaticCluster::offline();
+    /// Reviews every object of a manifest file, looking up `cluster` (offline, or a
+    /// `--cluster-snapshot`): what `podmend audit FILE` does per file. An object whose pod
+    /// spec the API server would refuse is an input error, not reviewed.
+    pub fn add_file(
+        &mut self,
+        engine: &Engine,
+        cluster: &StaticCluster,
+        file: &manifests::ManifestFile,
+    ) {
         for document in &file.documents {
             for (item, object) in document.objects() {
                 let source = document.source(&file.name, item);
@@ -318,7 +323,7 @@ impl Report {
                         });
                     }
                     None => {
-                        self.add_object(engine, &offline, object, source);
+                        self.add_object(engine, cluster, object, source);
                     }
                 }
             }
@@ -383,6 +388,8 @@ pub enum AuditError {
     PolicyReport(Box<policy_reports::PolicyReportError>),
     #[error("-o yaml prints the given manifests repaired; it takes manifest paths, not --cluster")]
     YamlFromCluster,
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::SnapshotError),
     #[error("cannot write the output: {0}")]
     Write(#[source] std::io::Error),
 }
@@ -413,6 +420,9 @@ pub struct AuditOptions {
     pub fail_on: Option<FailOn>,
     /// Configuration file, as for `podmend serve` (its modes decide what each finding is).
     pub config: Option<PathBuf>,
+    /// With files: the Nodes, Namespaces and LimitRanges the rules look up
+    /// ([`snapshot`]); without it, look-ups are off.
+    pub cluster_snapshot: Option<PathBuf>,
 }
 
 impl AuditOptions {
@@ -470,7 +480,13 @@ pub async fn run(
     };
     let engine = Engine::new(&config);
     let report = match &options.input {
-        AuditInput::Files(paths) => audit_files(&engine, paths, options.output, terminal, out)?,
+        AuditInput::Files(paths) => {
+            let cluster = match &options.cluster_snapshot {
+                Some(path) => snapshot::read(path)?,
+                None => StaticCluster::offline(),
+            };
+            audit_files(&engine, &cluster, paths, options.output, terminal, out)?
+        }
         AuditInput::Cluster(live) => {
             if options.output == OutputFormat::Yaml && live.policy_reports.is_none() {
                 return Err(AuditError::YamlFromCluster);
@@ -490,6 +506,7 @@ fn write(out: &mut dyn Write, text: &str) -> Result<(), AuditError> {
 /// `-o yaml`.
 fn audit_files(
     engine: &Engine,
+    cluster: &StaticCluster,
     paths: &[String],
     output: OutputFormat,
     terminal: Terminal,
@@ -501,7 +518,7 @@ fn audit_files(
         report.add_error(error);
     }
     for file in &files {
-        report.add_file(engine, file);
+        report.add_file(engine, cluster, file);
     }
     print_input_errors(&report);
     if output == OutputFormat::Yaml {
@@ -619,7 +636,8 @@ mod tests {
         let engine = Engine::new(&Config::default());
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
             "spec": {"nodeName": "n1", "containers": [{"name": "a"}]}});
-        report.add_object(&engine, &StaticCluster::offline(), &pod, source());
+        let cluster = StaticCluster::empty().with_node("n1", vec![]);
+        report.add_object(&engine, &cluster, &pod, source());
         assert_eq!(report.findings.len(), 1);
         let finding = &report.findings[0];
         assert_eq!(finding.rule, "node-affinity");
@@ -651,7 +669,8 @@ mod tests {
         let engine = Engine::new(&Config::default());
         let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
             "spec": {"template": {"spec": {"nodeName": "n1", "containers": [{"name": "a"}]}}}});
-        report.add_object(&engine, &StaticCluster::offline(), &deployment, source());
+        let cluster = StaticCluster::empty().with_node("n1", vec![]);
+        report.add_object(&engine, &cluster, &deployment, source());
         assert_eq!(report.exit_status(FailOn::Warn), EXIT_FINDINGS);
         assert_eq!(report.exit_status(FailOn::Deny), EXIT_CLEAN);
         assert_eq!(report.exit_status(FailOn::Enforce), EXIT_CLEAN);

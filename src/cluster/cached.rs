@@ -1,4 +1,4 @@
-//! What the caches keep of a Node and of a LimitRange: only the fields rules read.
+//! What the caches keep of a Node, a LimitRange and a Namespace: only the fields rules read.
 //!
 //! A kubelet-reported Node is mostly status (~50 cached image names, conditions, addresses,
 //! nodeInfo) and a LimitRange often carries a `last-applied-configuration` annotation. The
@@ -11,12 +11,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, RwLock};
 
-use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
+use k8s_openapi::api::core::v1::{LimitRangeItem, Taint, Toleration};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use kube::runtime::watcher::Event;
 use serde::{Deserialize, Deserializer};
+
+use crate::rules::node_affinity::TOLERATIONS_WHITELIST;
 
 /// A Node's name, labels and taints.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -48,6 +50,39 @@ pub struct CachedLimitRange {
 pub struct LimitRangeLimits {
     #[serde(default)]
     pub limits: Vec<LimitRangeItem>,
+}
+
+/// A Namespace's name and the one annotation rules read: the tolerations its pods may have
+/// (`scheduler.alpha.kubernetes.io/tolerationsWhitelist`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct CachedNamespace {
+    #[serde(deserialize_with = "namespace_identity")]
+    pub metadata: ObjectMeta,
+}
+
+/// A Namespace's metadata as the cache needs it: its name, uid and resource version, and of
+/// its annotations only the toleration whitelist.
+fn namespace_identity<'de, D: Deserializer<'de>>(deserializer: D) -> Result<ObjectMeta, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct NamespaceIdentity {
+        name: Option<String>,
+        uid: Option<String>,
+        resource_version: Option<String>,
+        annotations: Option<BTreeMap<String, String>>,
+    }
+    let identity = NamespaceIdentity::deserialize(deserializer)?;
+    let whitelist = identity
+        .annotations
+        .and_then(|mut annotations| annotations.remove(TOLERATIONS_WHITELIST))
+        .map(|value| BTreeMap::from([(TOLERATIONS_WHITELIST.to_string(), value)]));
+    Ok(ObjectMeta {
+        name: identity.name,
+        uid: identity.uid,
+        resource_version: identity.resource_version,
+        annotations: whitelist,
+        ..ObjectMeta::default()
+    })
 }
 
 /// The metadata a cache needs: what identifies the object and what rules read. Annotations,
@@ -84,6 +119,27 @@ impl k8s_openapi::Resource for CachedNode {
 }
 
 impl k8s_openapi::Metadata for CachedNode {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl k8s_openapi::Resource for CachedNamespace {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Namespace";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "namespaces";
+    type Scope = ClusterResourceScope;
+}
+
+impl k8s_openapi::Metadata for CachedNamespace {
     type Ty = ObjectMeta;
 
     fn metadata(&self) -> &ObjectMeta {
@@ -248,6 +304,47 @@ impl Table<CachedNode> for NodeTable {
     }
 }
 
+/// Every Namespace, by name, with its toleration whitelist when it names one. A whitelist
+/// that does not parse is kept as none: `PodTolerationRestriction` refuses every pod with
+/// tolerations in that namespace anyway.
+#[derive(Debug, Default)]
+pub struct NamespaceTable(HashMap<Box<str>, Option<Box<[Toleration]>>>);
+
+impl NamespaceTable {
+    /// The tolerations `namespace` allows, when it names them.
+    pub fn whitelist(&self, namespace: &str) -> Option<Vec<Toleration>> {
+        self.0
+            .get(namespace)?
+            .as_deref()
+            .map(<[Toleration]>::to_vec)
+    }
+}
+
+impl Table<CachedNamespace> for NamespaceTable {
+    fn insert(&mut self, namespace: CachedNamespace) {
+        let Some(name) = namespace.metadata.name else {
+            return;
+        };
+        let whitelist = namespace
+            .metadata
+            .annotations
+            .and_then(|mut annotations| annotations.remove(TOLERATIONS_WHITELIST))
+            .and_then(|text| serde_json::from_str::<Vec<Toleration>>(&text).ok())
+            .map(Vec::into_boxed_slice);
+        self.0.insert(name.into_boxed_str(), whitelist);
+    }
+
+    fn remove(&mut self, namespace: &CachedNamespace) {
+        if let Some(name) = namespace.metadata.name.as_deref() {
+            self.0.remove(name);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// One namespace's LimitRanges, by name.
 type RangesByName = BTreeMap<Box<str>, Box<[LimitEntry]>>;
 
@@ -361,12 +458,13 @@ impl<T> Projection<T> {
     }
 }
 
-/// Nodes and LimitRanges listed once and kept as the caches keep them: what `audit
+/// Nodes, LimitRanges and Namespaces listed once and kept as the caches keep them: what `audit
 /// --cluster` answers the rules' look-ups from, in the memory `serve` needs for the same.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub nodes: NodeTable,
     pub limit_ranges: LimitRangeTable,
+    pub namespaces: NamespaceTable,
 }
 
 impl super::ClusterView for Snapshot {
@@ -384,6 +482,10 @@ impl super::ClusterView for Snapshot {
 
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
         self.limit_ranges.items(namespace)
+    }
+
+    fn toleration_whitelist(&self, namespace: &str) -> Option<Vec<Toleration>> {
+        self.namespaces.whitelist(namespace)
     }
 }
 

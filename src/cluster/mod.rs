@@ -2,14 +2,14 @@
 //! the Kubernetes client: taints of a node, LimitRanges of a namespace.
 //!
 //! [`StaticCluster`] answers from plain maps (tests, `audit` without a cluster);
-//! [`watch`] keeps reflector caches of Nodes and LimitRanges for `serve`.
+//! [`watch`] keeps reflector caches of Nodes, LimitRanges and Namespaces for `serve`.
 
 pub mod cached;
 pub mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
+use k8s_openapi::api::core::v1::{LimitRangeItem, Taint, Toleration};
 
 /// Read-only cluster facts a rule may use. Answers may be stale: they come from caches.
 pub trait ClusterView: Send + Sync {
@@ -21,6 +21,14 @@ pub trait ClusterView: Send + Sync {
     fn node_labels(&self, name: &str) -> Option<BTreeMap<String, String>>;
     /// The LimitRange items of every LimitRange in `namespace` (empty when none).
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem>;
+    /// The tolerations `namespace` allows its pods (its annotation
+    /// `scheduler.alpha.kubernetes.io/tolerationsWhitelist`, which the
+    /// `PodTolerationRestriction` admission plugin enforces), or `None` when it names none or
+    /// the namespace is not known.
+    fn toleration_whitelist(&self, namespace: &str) -> Option<Vec<Toleration>> {
+        let _ = namespace;
+        None
+    }
 }
 
 /// A cluster described by plain maps: for tests, and for running without look-ups.
@@ -32,6 +40,8 @@ pub struct StaticCluster {
     /// Labels of the nodes in `nodes` (a node missing here has none).
     pub node_labels: HashMap<String, BTreeMap<String, String>>,
     pub limit_ranges: HashMap<String, Vec<LimitRangeItem>>,
+    /// Namespaces' toleration whitelists (a namespace missing here names none).
+    pub toleration_whitelists: HashMap<String, Vec<Toleration>>,
 }
 
 impl StaticCluster {
@@ -63,6 +73,12 @@ impl StaticCluster {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
         );
+        self
+    }
+
+    pub fn with_toleration_whitelist(mut self, namespace: &str, allowed: Vec<Toleration>) -> Self {
+        self.toleration_whitelists
+            .insert(namespace.to_string(), allowed);
         self
     }
 
@@ -99,5 +115,12 @@ impl ClusterView for StaticCluster {
             .get(namespace)
             .cloned()
             .unwrap_or_default()
+    }
+
+    fn toleration_whitelist(&self, namespace: &str) -> Option<Vec<Toleration>> {
+        if !self.lookups {
+            return None;
+        }
+        self.toleration_whitelists.get(namespace).cloned()
     }
 }

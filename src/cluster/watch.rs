@@ -1,4 +1,4 @@
-//! Caches of Nodes and LimitRanges, kept by kube-runtime watchers, that answer [`ClusterView`]
+//! Caches of Nodes, LimitRanges and Namespaces, kept by kube-runtime watchers, that answer [`ClusterView`]
 //! for `serve`; plus how a Kubernetes client is found ([`Lookups`]). What is kept of each
 //! object is in [`super::cached`].
 
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
+use k8s_openapi::api::core::v1::{LimitRangeItem, Taint, Toleration};
 use kube::api::{Api, ListParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::WatchStreamExt;
@@ -20,9 +20,12 @@ use kube::{Client, Resource};
 use tokio::task::AbortHandle;
 
 use super::ClusterView;
-use super::cached::{CachedLimitRange, CachedNode, LimitRangeTable, NodeTable, Projection, Table};
+use super::cached::{
+    CachedLimitRange, CachedNamespace, CachedNode, LimitRangeTable, NamespaceTable, NodeTable,
+    Projection, Table,
+};
 
-/// Nodes and LimitRanges as last seen by the watchers.
+/// Nodes, LimitRanges and Namespaces as last seen by the watchers.
 ///
 /// Answers may be stale: they come from caches that follow the API server with some delay,
 /// and that stay empty (every node unknown) until the first list has arrived
@@ -30,6 +33,7 @@ use super::cached::{CachedLimitRange, CachedNode, LimitRangeTable, NodeTable, Pr
 pub struct WatchedCluster {
     nodes: Arc<Projection<NodeTable>>,
     limit_ranges: Arc<Projection<LimitRangeTable>>,
+    namespaces: Arc<Projection<NamespaceTable>>,
     /// Watcher tasks, stopped when the cluster view is dropped.
     tasks: Vec<AbortHandle>,
 }
@@ -39,10 +43,12 @@ impl WatchedCluster {
     pub fn from_tables(
         nodes: Arc<Projection<NodeTable>>,
         limit_ranges: Arc<Projection<LimitRangeTable>>,
+        namespaces: Arc<Projection<NamespaceTable>>,
     ) -> Self {
         Self {
             nodes,
             limit_ranges,
+            namespaces,
             tasks: Vec::new(),
         }
     }
@@ -53,6 +59,7 @@ impl fmt::Debug for WatchedCluster {
         f.debug_struct("WatchedCluster")
             .field("nodes", &self.nodes.read(Table::len))
             .field("limit_ranges", &self.limit_ranges.read(Table::len))
+            .field("namespaces", &self.namespaces.read(Table::len))
             .finish_non_exhaustive()
     }
 }
@@ -82,6 +89,11 @@ impl ClusterView for WatchedCluster {
 
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
         self.limit_ranges.read(|ranges| ranges.items(namespace))
+    }
+
+    fn toleration_whitelist(&self, namespace: &str) -> Option<Vec<Toleration>> {
+        self.namespaces
+            .read(|namespaces| namespaces.whitelist(namespace))
     }
 }
 
@@ -125,12 +137,13 @@ impl CacheHealth {
     }
 }
 
-/// Whether the Node and LimitRange caches can be trusted: both had their first full list,
-/// and neither watch has been failing for longer than `stale_after`. Cheap to clone.
+/// Whether the Node, LimitRange and Namespace caches can be trusted: each had its first full list,
+/// and no watch has been failing for longer than `stale_after`. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct CacheReadiness {
     nodes: Arc<CacheHealth>,
     limit_ranges: Arc<CacheHealth>,
+    namespaces: Arc<CacheHealth>,
     stale_after: Duration,
 }
 
@@ -145,6 +158,7 @@ impl CacheReadiness {
         Self {
             nodes: Arc::default(),
             limit_ranges: Arc::default(),
+            namespaces: Arc::default(),
             stale_after,
         }
     }
@@ -156,7 +170,11 @@ impl CacheReadiness {
 
     /// Why the caches cannot be trusted, in words for `/readyz`; `None` when they can.
     pub fn not_ready_reason(&self) -> Option<String> {
-        let caches = [("Node", &self.nodes), ("LimitRange", &self.limit_ranges)];
+        let caches = [
+            ("Node", &self.nodes),
+            ("LimitRange", &self.limit_ranges),
+            ("Namespace", &self.namespaces),
+        ];
         if let Some((what, _)) = caches
             .iter()
             .find(|(_, health)| !health.synced.load(Ordering::Acquire))
@@ -200,12 +218,14 @@ pub fn start_with(
 ) -> (Arc<WatchedCluster>, CacheReadiness) {
     let nodes = Arc::new(Projection::<NodeTable>::default());
     let limit_ranges = Arc::new(Projection::<LimitRangeTable>::default());
+    let namespaces = Arc::new(Projection::<NamespaceTable>::default());
     let readiness = CacheReadiness::new(stale_after);
-    let mut cluster = WatchedCluster::from_tables(nodes.clone(), limit_ranges.clone());
+    let mut cluster =
+        WatchedCluster::from_tables(nodes.clone(), limit_ranges.clone(), namespaces.clone());
 
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         tracing::error!(
-            "cluster caches not started: no tokio runtime; node taints and LimitRanges stay unknown"
+            "cluster caches not started: no tokio runtime; node taints, LimitRanges and namespaces stay unknown"
         );
         return (Arc::new(cluster), readiness);
     };
@@ -215,7 +235,8 @@ pub fn start_with(
     // memory a list needs at once low (a kubelet-reported Node is ~15 KB of JSON).
     let config = watcher::Config::default().page_size(LIST_PAGE_SIZE);
     let node_api = Api::<CachedNode>::all(client.clone());
-    let lr_api = Api::<CachedLimitRange>::all(client);
+    let lr_api = Api::<CachedLimitRange>::all(client.clone());
+    let ns_api = Api::<CachedNamespace>::all(client);
     cluster.tasks = vec![
         runtime
             .spawn(drive(
@@ -229,11 +250,21 @@ pub fn start_with(
             .abort_handle(),
         runtime
             .spawn(drive(
-                watcher(lr_api.clone(), config).default_backoff(),
+                watcher(lr_api.clone(), config.clone()).default_backoff(),
                 lr_api,
                 limit_ranges,
                 readiness.limit_ranges.clone(),
                 "limitranges",
+                after_list,
+            ))
+            .abort_handle(),
+        runtime
+            .spawn(drive(
+                watcher(ns_api.clone(), config).default_backoff(),
+                ns_api,
+                namespaces,
+                readiness.namespaces.clone(),
+                "namespaces",
                 after_list,
             ))
             .abort_handle(),
@@ -321,7 +352,7 @@ impl fmt::Debug for Lookups {
     }
 }
 
-const NOT_LOOKED_UP: &str = "node taints and LimitRanges will not be looked up";
+const NOT_LOOKED_UP: &str = "node taints, LimitRanges and namespaces will not be looked up";
 
 /// Finds a cluster as kubectl would: `KUBECONFIG` or `~/.kube/config`, else the in-cluster
 /// service account.
@@ -419,7 +450,7 @@ mod tests {
     }
 
     fn cluster(nodes: Vec<CachedNode>, ranges: Vec<CachedLimitRange>) -> WatchedCluster {
-        WatchedCluster::from_tables(listed(nodes), listed(ranges))
+        WatchedCluster::from_tables(listed(nodes), listed(ranges), Arc::default())
     }
 
     #[test]
@@ -493,7 +524,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn readiness_waits_for_both_caches_to_complete_a_list() {
+    async fn readiness_waits_for_every_cache_to_complete_a_list() {
         let readiness = CacheReadiness::default();
         assert_eq!(
             readiness.not_ready_reason().as_deref(),
@@ -523,14 +554,55 @@ mod tests {
         assert_eq!(nodes.read(Table::len), 1);
         drive(
             futures::stream::iter(vec![Ok(Event::Init), Ok(Event::InitDone)]),
-            Api::<CachedLimitRange>::all(client),
+            Api::<CachedLimitRange>::all(client.clone()),
             Arc::new(Projection::<LimitRangeTable>::default()),
             readiness.limit_ranges.clone(),
             "limitranges",
             || {},
         )
         .await;
+        assert_eq!(
+            readiness.not_ready_reason().as_deref(),
+            Some("the Namespace cache has not had its first list yet")
+        );
+        drive(
+            futures::stream::iter(vec![Ok(Event::Init), Ok(Event::InitDone)]),
+            Api::<CachedNamespace>::all(client),
+            Arc::new(Projection::<NamespaceTable>::default()),
+            readiness.namespaces.clone(),
+            "namespaces",
+            || {},
+        )
+        .await;
         assert!(readiness.is_ready());
+    }
+
+    #[test]
+    fn a_namespace_answers_its_toleration_whitelist_and_one_without_none() {
+        let namespace = |name: &str, whitelist: Option<&str>| -> CachedNamespace {
+            let mut annotations = serde_json::json!({"other": "x"});
+            if let Some(text) = whitelist {
+                annotations[crate::rules::node_affinity::TOLERATIONS_WHITELIST] = text.into();
+            }
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "annotations": annotations}
+            }))
+            .expect("a namespace")
+        };
+        let namespaces = listed::<CachedNamespace, NamespaceTable>(vec![
+            namespace(
+                "ci",
+                Some(r#"[{"key": "dedicated", "operator": "Exists"}]"#),
+            ),
+            namespace("plain", None),
+            namespace("broken", Some("not json")),
+        ]);
+        let cluster = WatchedCluster::from_tables(Arc::default(), Arc::default(), namespaces);
+        let allowed = cluster.toleration_whitelist("ci").expect("a whitelist");
+        assert_eq!(allowed[0].key.as_deref(), Some("dedicated"));
+        assert_eq!(cluster.toleration_whitelist("plain"), None);
+        assert_eq!(cluster.toleration_whitelist("broken"), None);
+        assert_eq!(cluster.toleration_whitelist("unknown"), None);
     }
 
     #[tokio::test]
@@ -569,6 +641,7 @@ mod tests {
         let readiness = CacheReadiness::new(Duration::ZERO);
         readiness.nodes.synced.store(true, Ordering::Release);
         readiness.limit_ranges.synced.store(true, Ordering::Release);
+        readiness.namespaces.synced.store(true, Ordering::Release);
         assert!(readiness.is_ready());
 
         readiness.limit_ranges.failed();
@@ -591,6 +664,7 @@ mod tests {
         let readiness = CacheReadiness::new(Duration::from_secs(30));
         readiness.nodes.synced.store(true, Ordering::Release);
         readiness.limit_ranges.synced.store(true, Ordering::Release);
+        readiness.namespaces.synced.store(true, Ordering::Release);
         readiness.nodes.failed();
         let first = readiness.nodes.failing_since();
         readiness.nodes.failed();

@@ -180,6 +180,10 @@ static POD_SPEC: Shape = Shape::Fields(&[
     ("affinity", &DEFERRED),
     ("tolerations", &DEFERRED),
     ("resources", &DEFERRED),
+    ("schedulerName", &DEFERRED),
+    ("schedulingGates", &DEFERRED),
+    ("topologySpreadConstraints", &DEFERRED),
+    ("priorityClassName", &DEFERRED),
 ]);
 
 /// The annotations scope and `may_apply` read: podmend's own, and the mirror pod's. The others
@@ -208,6 +212,10 @@ static SPEC: Shape = Shape::Fields(&[
     ("affinity", &DEFERRED),
     ("tolerations", &DEFERRED),
     ("resources", &DEFERRED),
+    ("schedulerName", &DEFERRED),
+    ("schedulingGates", &DEFERRED),
+    ("topologySpreadConstraints", &DEFERRED),
+    ("priorityClassName", &DEFERRED),
     ("template", &TEMPLATE),
     ("jobTemplate", &JOB_TEMPLATE),
 ]);

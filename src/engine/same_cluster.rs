@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
+use k8s_openapi::api::core::v1::{LimitRangeItem, Taint, Toleration};
 
 use crate::cluster::ClusterView;
 
@@ -15,6 +15,7 @@ pub(super) struct Remembered<'a> {
     taints: Mutex<HashMap<String, Option<Vec<Taint>>>>,
     labels: Mutex<HashMap<String, Option<BTreeMap<String, String>>>>,
     limits: Mutex<HashMap<String, Vec<LimitRangeItem>>>,
+    whitelists: Mutex<HashMap<String, Option<Vec<Toleration>>>>,
 }
 
 impl<'a> Remembered<'a> {
@@ -24,6 +25,7 @@ impl<'a> Remembered<'a> {
             taints: Mutex::default(),
             labels: Mutex::default(),
             limits: Mutex::default(),
+            whitelists: Mutex::default(),
         }
     }
 }
@@ -50,6 +52,12 @@ impl ClusterView for Remembered<'_> {
     fn limit_range_items(&self, namespace: &str) -> Vec<LimitRangeItem> {
         remembered(&self.limits, namespace, || {
             self.inner.limit_range_items(namespace)
+        })
+    }
+
+    fn toleration_whitelist(&self, namespace: &str) -> Option<Vec<Toleration>> {
+        remembered(&self.whitelists, namespace, || {
+            self.inner.toleration_whitelist(namespace)
         })
     }
 }

@@ -26,6 +26,19 @@ pub const ID: &str = INFO.id;
 /// The only field-selector key the API accepts in `matchFields`.
 const NODE_NAME_FIELD: &str = "metadata.name";
 const NO_SCHEDULE: &str = "NoSchedule";
+/// The scheduler a pod without `schedulerName` gets (API defaulting).
+const DEFAULT_SCHEDULER: &str = "default-scheduler";
+/// Kubernetes' own taints: the node controller's condition taints (`not-ready`,
+/// `unreachable`, `memory-pressure`, `disk-pressure`, `pid-pressure`,
+/// `network-unavailable`), the cordon (`unschedulable`) and `out-of-service`. Never tolerated:
+/// under a pressure condition the kubelet's eviction admission rejects the pod (`Evicted`) and
+/// its controller recreates it at once, the storm this rule exists to stop
+/// (`pkg/kubelet/eviction/eviction_manager.go`, `Admit`); without the toleration the pod waits
+/// `Pending` until the condition clears.
+const KUBERNETES_TAINTS: &str = "node.kubernetes.io/";
+/// The namespace annotation `PodTolerationRestriction` reads: the tolerations a pod in the
+/// namespace may have (`plugin/pkg/admission/podtolerationrestriction`).
+pub const TOLERATIONS_WHITELIST: &str = "scheduler.alpha.kubernetes.io/tolerationsWhitelist";
 
 pub struct NodeAffinity {
     config: NodeAffinityConfig,
@@ -42,6 +55,10 @@ static READS: Shape = Shape::Fields(&[
     ("nodeName", &Shape::All),
     ("affinity", &Shape::All),
     ("tolerations", &Shape::All),
+    ("schedulerName", &Shape::All),
+    ("schedulingGates", &Shape::All),
+    ("topologySpreadConstraints", &Shape::All),
+    ("priorityClassName", &Shape::All),
 ]);
 
 impl Rule for NodeAffinity {
@@ -66,60 +83,179 @@ impl Rule for NodeAffinity {
         Some(&READS)
     }
 
+    /// Rewrites only where the pod keeps what it could do: otherwise the spec stays as it is
+    /// and the one message (a note) says why.
     fn repair(&self, spec: &mut PodSpec, _meta: &PodMeta, cx: &RuleContext<'_>) -> Vec<String> {
-        let Some(node) = spec.node_name.take().filter(|name| !name.is_empty()) else {
+        let Some(node) = spec.node_name.clone().filter(|name| !name.is_empty()) else {
             return Vec::new();
         };
+        if let Some(why) = self.why_leave(spec, &node, cx) {
+            return vec![format!("left as is: {why}")];
+        }
+        let tolerations = match self.tolerations_to_add(spec, &node, cx) {
+            Ok(tolerations) => tolerations,
+            Err(why) => return vec![format!("left as is: {why}")],
+        };
+        spec.node_name = None;
         require_node(spec, &node);
         let mut messages = vec![format!(
             "spec.nodeName={node} became required node affinity, so the scheduler checks the pod fits"
         )];
-        if self.config.tolerate_node_taints {
-            messages.extend(self.tolerate_taints(spec, &node, cx));
+        if !tolerations.is_empty() {
+            let keys: Vec<&str> = tolerations
+                .iter()
+                .filter_map(|t| t.key.as_deref())
+                .collect();
+            messages.push(format!(
+                "tolerations added for node {node}'s NoSchedule taints: {}",
+                keys.join(", ")
+            ));
+            spec.tolerations
+                .get_or_insert_with(Vec::new)
+                .extend(tolerations);
+        }
+        if let Some(class) = spec
+            .priority_class_name
+            .as_deref()
+            .filter(|c| !c.is_empty())
+        {
+            messages.push(format!(
+                "priority class {class}: unlike nodeName, the scheduler may preempt lower-priority pods on {node}"
+            ));
         }
         messages
     }
 }
 
 impl NodeAffinity {
-    /// nodeName ignored the node's NoSchedule taints; the scheduler will not. Tolerate them
-    /// so the placement keeps working, except the ones configured to keep their meaning.
-    fn tolerate_taints(
-        &self,
-        spec: &mut PodSpec,
-        node: &str,
-        cx: &RuleContext<'_>,
-    ) -> Option<String> {
-        if !cx.cluster.lookups_enabled() {
+    /// Why the rewrite would take away what the `nodeName` pod could do, if it would. The
+    /// kubelet admits a bound pod on resources, node name, host ports, node affinity and
+    /// NoExecute taints only (`pkg/kubelet/lifecycle/predicate.go`); the scheduler enforces
+    /// more, and only for the pods it is responsible for.
+    fn why_leave(&self, spec: &PodSpec, node: &str, cx: &RuleContext<'_>) -> Option<String> {
+        if spec
+            .scheduling_gates
+            .as_ref()
+            .is_some_and(|g| !g.is_empty())
+        {
+            // ValidatePodCreate refuses nodeName with schedulingGates: the client sees why.
+            return Some("nodeName with schedulingGates is refused by the API server".to_string());
+        }
+        let scheduler = spec
+            .scheduler_name
+            .as_deref()
+            .filter(|s| !s.is_empty())
+            .unwrap_or(DEFAULT_SCHEDULER);
+        if !self.config.schedulers.iter().any(|s| s == scheduler) {
             return Some(format!(
-                "no cluster look-ups: tolerations for node {node}'s NoSchedule taints were not added"
+                "schedulerName {scheduler} is not known to honour matchFields (config: schedulers)"
             ));
         }
-        let Some(taints) = cx.cluster.node_taints(node) else {
+        if !self.config.rewrite_constrained_pods
+            && let Some(constraint) = scheduler_only_constraint(spec)
+        {
             return Some(format!(
-                "node {node} is not known: no tolerations were added for its taints"
+                "the scheduler would enforce its {constraint}, which the kubelet never did"
             ));
-        };
-        let tolerations = spec.tolerations.get_or_insert_with(Vec::new);
-        let mut added = Vec::new();
+        }
+        if self.config.skip_priority_classes
+            && let Some(class) = spec
+                .priority_class_name
+                .as_deref()
+                .filter(|c| !c.is_empty())
+        {
+            return Some(format!(
+                "priority class {class}: as affinity it could preempt pods (skipPriorityClasses)"
+            ));
+        }
+        if !cx.cluster.lookups_enabled() {
+            return Some(format!(
+                "node {node}'s taints are unknown without cluster look-ups"
+            ));
+        }
+        if cx.cluster.node_taints(node).is_none() {
+            // PodGC deletes a pod bound to a missing node after 40 s
+            // (pkg/controller/podgc); pinned by affinity it would wait Pending forever.
+            return Some(format!(
+                "node {node} is not known (not in the cluster, or not seen yet)"
+            ));
+        }
+        None
+    }
+
+    /// The tolerations the scheduler needs to place the pod where `nodeName` put it: one for
+    /// each NoSchedule taint of the node not yet tolerated, except Kubernetes' own and the
+    /// configured ones. Err when the namespace's `PodTolerationRestriction` whitelist would
+    /// refuse one: that refusal comes after every webhook, and `failurePolicy` cannot help.
+    fn tolerations_to_add(
+        &self,
+        spec: &PodSpec,
+        node: &str,
+        cx: &RuleContext<'_>,
+    ) -> Result<Vec<Toleration>, String> {
+        if !self.config.tolerate_node_taints {
+            return Ok(Vec::new());
+        }
+        let taints = cx.cluster.node_taints(node).unwrap_or_default();
+        let existing = spec.tolerations.as_deref().unwrap_or_default();
+        let mut added: Vec<Toleration> = Vec::new();
         for taint in taints.iter().filter(|t| t.effect == NO_SCHEDULE) {
-            if self.config.ignore_taints.contains(&taint.key)
-                || tolerations.iter().any(|t| tolerates(t, taint))
+            if taint.key.starts_with(KUBERNETES_TAINTS)
+                || self.config.ignore_taints.contains(&taint.key)
+                || existing.iter().chain(&added).any(|t| tolerates(t, taint))
             {
                 continue;
             }
-            tolerations.push(toleration_for(taint));
-            added.push(taint.key.clone());
+            added.push(toleration_for(taint));
         }
-        if tolerations.is_empty() {
-            spec.tolerations = None;
+        if let Some(whitelist) = cx.cluster.toleration_whitelist(cx.namespace)
+            && !whitelist.is_empty()
+            && let Some(refused) = added
+                .iter()
+                .find(|t| !whitelist.iter().any(|w| is_superset(w, t)))
+        {
+            return Err(format!(
+                "namespace {}'s tolerationsWhitelist would refuse a toleration for {}",
+                cx.namespace,
+                refused.key.as_deref().unwrap_or_default()
+            ));
         }
-        (!added.is_empty()).then(|| {
-            format!(
-                "tolerations added for node {node}'s NoSchedule taints: {}",
-                added.join(", ")
-            )
+        Ok(added)
+    }
+}
+
+/// The first constraint of the pod that the scheduler enforces and the kubelet never checked
+/// for a bound pod: required pod affinity or anti-affinity, or a topology spread constraint
+/// with `whenUnsatisfiable: DoNotSchedule`.
+fn scheduler_only_constraint(spec: &PodSpec) -> Option<&'static str> {
+    let affinity = spec.affinity.as_ref();
+    let required_affinity = affinity
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref()
         })
+        .is_some_and(|terms| !terms.is_empty());
+    let required_anti_affinity = affinity
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|p| {
+            p.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|terms| !terms.is_empty());
+    let spread = spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .any(|c| c.when_unsatisfiable == "DoNotSchedule");
+    if required_affinity {
+        Some("required pod affinity")
+    } else if required_anti_affinity {
+        Some("required pod anti-affinity")
+    } else if spread {
+        Some("DoNotSchedule topology spread")
+    } else {
+        None
     }
 }
 
@@ -173,6 +309,36 @@ fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
         "" | "Equal" => {
             toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
         }
+        "Exists" => true,
+        _ => false,
+    }
+}
+
+/// `isSuperset` of `pkg/util/tolerations`: whether the whitelisted `allowed` admits `t`
+/// (`PodTolerationRestriction`'s `VerifyAgainstWhitelist`).
+fn is_superset(allowed: &Toleration, t: &Toleration) -> bool {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    if allowed == t {
+        return true;
+    }
+    let allowed_op = text(&allowed.operator);
+    if text(&t.key) != text(&allowed.key)
+        && (!text(&allowed.key).is_empty() || allowed_op != "Exists")
+    {
+        return false;
+    }
+    let allowed_effect = text(&allowed.effect);
+    if text(&t.effect) != allowed_effect && !allowed_effect.is_empty() {
+        return false;
+    }
+    if allowed_effect == "NoExecute"
+        && let Some(limit) = allowed.toleration_seconds
+        && t.toleration_seconds.is_none_or(|s| s > limit)
+    {
+        return false;
+    }
+    match allowed_op.as_str() {
+        "" | "Equal" => text(&t.operator) == "Equal" && text(&t.value) == text(&allowed.value),
         "Exists" => true,
         _ => false,
     }
@@ -272,8 +438,9 @@ mod tests {
                         {"weight": 1, "preference": {"matchExpressions": [{"key": "ssd", "operator": "Exists"}]}}
                     ]
                 },
-                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 10, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                       "labelSelector": {"matchLabels": {"app": "x"}}}}
                 ]}
             },
             "nodeSelector": {"disk": "ssd"}
@@ -290,9 +457,9 @@ mod tests {
         );
         assert_eq!(after["nodeSelector"], json!({"disk": "ssd"}));
         assert_eq!(
-            after["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                [0]["topologyKey"],
-            "kubernetes.io/hostname"
+            after["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+                [0]["weight"],
+            10
         );
         assert_eq!(
             after["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
@@ -314,13 +481,19 @@ mod tests {
     }
 
     #[test]
-    fn no_schedule_taints_of_the_node_are_tolerated_except_the_cordon_taint() {
+    fn user_no_schedule_taints_are_tolerated_and_kubernetes_own_taints_never() {
         let cluster = StaticCluster::empty().with_node(
             "vk",
             vec![
                 taint("virtual-kubelet.io/provider", Some("azure"), "NoSchedule"),
                 taint("dedicated", None, "NoSchedule"),
                 taint("node.kubernetes.io/unschedulable", None, "NoSchedule"),
+                taint("node.kubernetes.io/disk-pressure", None, "NoSchedule"),
+                taint("node.kubernetes.io/memory-pressure", None, "NoSchedule"),
+                taint("node.kubernetes.io/pid-pressure", None, "NoSchedule"),
+                taint("node.kubernetes.io/network-unavailable", None, "NoSchedule"),
+                taint("node.kubernetes.io/not-ready", None, "NoSchedule"),
+                taint("node.kubernetes.io/unreachable", None, "NoSchedule"),
                 taint("evict", None, "NoExecute"),
                 taint("soft", None, "PreferNoSchedule"),
             ],
@@ -338,6 +511,23 @@ mod tests {
         );
         assert_eq!(messages.len(), 2);
         assert!(messages[1].contains("virtual-kubelet.io/provider"));
+    }
+
+    #[test]
+    fn configured_taints_are_never_tolerated_either() {
+        let cluster =
+            StaticCluster::empty().with_node("n1", vec![taint("dedicated", None, "NoSchedule")]);
+        let config = NodeAffinityConfig {
+            ignore_taints: vec!["dedicated".to_string()],
+            ..NodeAffinityConfig::default()
+        };
+        let (after, _) = repair_with(
+            config,
+            spec(json!({"nodeName": "n1", "containers": [{"name": "a"}]})),
+            &cluster,
+        );
+        assert!(after.get("nodeName").is_none());
+        assert!(after.get("tolerations").is_none());
     }
 
     #[test]
@@ -366,30 +556,211 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_unknown_node_gets_no_tolerations_and_a_warning() {
-        let (after, messages) = repair(
-            spec(json!({"nodeName": "ghost", "containers": [{"name": "a"}]})),
-            &StaticCluster::empty(),
-        );
-        assert!(after.get("tolerations").is_none());
+    /// The pod's spec unchanged and one note starting "left as is:" that contains `why`.
+    fn assert_left(pod: Value, cluster: &StaticCluster, config: NodeAffinityConfig, why: &str) {
+        let before = serde_json::to_value(spec(pod.clone())).expect("serializes");
+        let (after, messages) = repair_with(config, spec(pod), cluster);
+        assert_eq!(after, before, "the spec is unchanged");
+        assert_eq!(messages.len(), 1, "{messages:?}");
         assert!(
-            messages.iter().any(|m| m.contains("ghost is not known")),
+            messages[0].starts_with("left as is: ") && messages[0].contains(why),
             "{messages:?}"
+        );
+        assert!(messages[0].len() <= 120, "{}", messages[0]);
+    }
+
+    fn toleration(value: Value) -> Toleration {
+        serde_json::from_value(value).expect("toleration")
+    }
+
+    #[test]
+    fn a_node_not_in_the_cluster_leaves_the_pod_as_it_is() {
+        // PodGC deletes a pod bound to a missing node after 40 s (pkg/controller/podgc);
+        // pinned by affinity it would wait Pending forever.
+        assert_left(
+            json!({"nodeName": "ghost", "containers": [{"name": "a"}]}),
+            &StaticCluster::empty(),
+            NodeAffinityConfig::default(),
+            "node ghost is not known",
         );
     }
 
     #[test]
-    fn without_cluster_look_ups_no_tolerations_are_added_and_the_warning_says_why() {
-        let (after, messages) = repair(
-            spec(json!({"nodeName": "n1", "containers": [{"name": "a"}]})),
+    fn without_cluster_look_ups_the_pod_is_left_as_it_is_and_the_note_says_why() {
+        // Without the node's taints a rewrite could leave a pod that ran on a tainted node
+        // (control plane, virtual-kubelet, dedicated) Pending forever.
+        assert_left(
+            json!({"nodeName": "n1", "containers": [{"name": "a"}]}),
             &StaticCluster::offline(),
+            NodeAffinityConfig::default(),
+            "taints are unknown without cluster look-ups",
         );
-        assert!(after.get("tolerations").is_none());
+    }
+
+    #[test]
+    fn constraints_the_kubelet_never_enforced_leave_the_pod_as_it_is_unless_configured() {
+        let cluster = StaticCluster::empty().with_node("n1", vec![]);
+        let term = json!({"topologyKey": "kubernetes.io/hostname",
+                          "labelSelector": {"matchLabels": {"app": "x"}}});
+        let spread = json!([{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                             "labelSelector": {"matchLabels": {"app": "x"}}}]);
+        let cases = [
+            (
+                "affinity",
+                json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}),
+                "required pod affinity",
+            ),
+            (
+                "affinity",
+                json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}),
+                "required pod anti-affinity",
+            ),
+            (
+                "topologySpreadConstraints",
+                spread,
+                "DoNotSchedule topology spread",
+            ),
+        ];
+        for (field, value, why) in cases {
+            let mut pod = json!({"nodeName": "n1", "containers": [{"name": "a"}]});
+            pod[field] = value;
+            assert_left(pod.clone(), &cluster, NodeAffinityConfig::default(), why);
+            let rewrite = NodeAffinityConfig {
+                rewrite_constrained_pods: true,
+                ..NodeAffinityConfig::default()
+            };
+            let (after, _) = repair_with(rewrite, spec(pod), &cluster);
+            assert!(
+                after.get("nodeName").is_none(),
+                "{why}: rewritten when configured"
+            );
+        }
+        // A ScheduleAnyway spread is a preference the scheduler may ignore.
+        let (after, _) = repair(
+            spec(json!({"nodeName": "n1", "containers": [{"name": "a"}],
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                    "whenUnsatisfiable": "ScheduleAnyway"}]})),
+            &cluster,
+        );
+        assert!(after.get("nodeName").is_none());
+    }
+
+    #[test]
+    fn a_pod_for_a_scheduler_not_known_to_honour_match_fields_is_left_as_it_is() {
+        let cluster = StaticCluster::empty().with_node("n1", vec![]);
+        let pod =
+            json!({"nodeName": "n1", "schedulerName": "volcano", "containers": [{"name": "a"}]});
+        assert_left(
+            pod.clone(),
+            &cluster,
+            NodeAffinityConfig::default(),
+            "schedulerName volcano",
+        );
+        let known = NodeAffinityConfig {
+            schedulers: vec!["default-scheduler".to_string(), "volcano".to_string()],
+            ..NodeAffinityConfig::default()
+        };
+        let (after, _) = repair_with(known, spec(pod), &cluster);
+        assert!(after.get("nodeName").is_none());
+        let (after, _) = repair(
+            spec(
+                json!({"nodeName": "n1", "schedulerName": "default-scheduler",
+                        "containers": [{"name": "a"}]}),
+            ),
+            &cluster,
+        );
+        assert!(after.get("nodeName").is_none());
+    }
+
+    #[test]
+    fn a_gated_pod_is_left_as_it_is_for_the_api_server_to_refuse() {
+        assert_left(
+            json!({"nodeName": "n1", "schedulingGates": [{"name": "example.com/wait"}],
+                   "containers": [{"name": "a"}]}),
+            &StaticCluster::empty().with_node("n1", vec![]),
+            NodeAffinityConfig::default(),
+            "schedulingGates",
+        );
+    }
+
+    #[test]
+    fn a_pod_with_a_priority_class_is_told_it_may_preempt_or_left_when_configured() {
+        let cluster = StaticCluster::empty().with_node("n1", vec![]);
+        let pod =
+            json!({"nodeName": "n1", "priorityClassName": "high", "containers": [{"name": "a"}]});
+        let (after, messages) = repair(spec(pod.clone()), &cluster);
+        assert!(after.get("nodeName").is_none());
         assert!(
-            messages.iter().any(|m| m.contains("no cluster look-ups")),
+            messages
+                .iter()
+                .any(|m| m.contains("priority class high") && m.contains("preempt")),
             "{messages:?}"
         );
+        let skip = NodeAffinityConfig {
+            skip_priority_classes: true,
+            ..NodeAffinityConfig::default()
+        };
+        assert_left(pod, &cluster, skip, "priority class high");
+    }
+
+    #[test]
+    fn a_toleration_the_namespace_whitelist_refuses_leaves_the_pod_as_it_is() {
+        let pod = json!({"nodeName": "n1", "containers": [{"name": "a"}]});
+        let cluster = StaticCluster::empty()
+            .with_node("n1", vec![taint("dedicated", Some("ci"), "NoSchedule")]);
+        let refusing = cluster.clone().with_toleration_whitelist(
+            "default",
+            vec![toleration(json!({"key": "other", "operator": "Exists"}))],
+        );
+        assert_left(
+            pod.clone(),
+            &refusing,
+            NodeAffinityConfig::default(),
+            "tolerationsWhitelist",
+        );
+        let allowing = cluster.with_toleration_whitelist(
+            "default",
+            vec![toleration(
+                json!({"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}),
+            )],
+        );
+        let (after, _) = repair(spec(pod), &allowing);
+        assert_eq!(
+            after["tolerations"],
+            json!([{"key": "dedicated", "operator": "Equal", "value": "ci", "effect": "NoSchedule"}])
+        );
+    }
+
+    #[test]
+    fn whitelist_matching_follows_pod_toleration_restriction() {
+        let added = toleration(
+            json!({"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}),
+        );
+        let cases = [
+            (json!({"operator": "Exists"}), true),
+            (json!({"key": "k", "operator": "Exists"}), true),
+            (json!({"key": "k", "operator": "Equal", "value": "v"}), true),
+            (
+                json!({"key": "k", "value": "v", "effect": "NoSchedule"}),
+                true,
+            ),
+            (
+                json!({"key": "k", "operator": "Equal", "value": "w"}),
+                false,
+            ),
+            (
+                json!({"key": "k", "operator": "Exists", "effect": "NoExecute"}),
+                false,
+            ),
+            (json!({"key": "other", "operator": "Exists"}), false),
+        ];
+        for (allowed, expected) in cases {
+            assert_eq!(
+                is_superset(&toleration(allowed.clone()), &added),
+                expected,
+                "{allowed}"
+            );
+        }
     }
 
     #[test]

@@ -331,7 +331,7 @@ async fn connect_cluster(
                 .map(|o| selftls::SelfTls::new(client.clone(), o));
             let (cluster, readiness) =
                 watch::start_with(client, options.cache_stale_after, options.after_cache_list);
-            tracing::info!("cluster look-ups on: watching Nodes and LimitRanges");
+            tracing::info!("cluster look-ups on: watching Nodes, LimitRanges and Namespaces");
             let lookups = ClusterLookups {
                 cluster,
                 caches: Some(readiness),

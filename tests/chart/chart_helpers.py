@@ -193,7 +193,9 @@ def cases() -> dict[str, dict[str, Any]]:
         },
         "rules-customised": {
             "rules": {
-                "nodeAffinity": {"tolerateNodeTaints": False, "ignoreTaints": []},
+                "nodeAffinity": {"tolerateNodeTaints": False, "ignoreTaints": ["example.com/maintenance"],
+                                 "schedulers": ["default-scheduler", "volcano"],
+                                 "rewriteConstrainedPods": True, "skipPriorityClasses": True},
                 "agentRequests": {
                     "presets": ["jenkins-agent"],
                     "selectors": [

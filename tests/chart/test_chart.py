@@ -429,7 +429,7 @@ def test_the_deployment_is_hardened_and_highly_available(rendered):
     if values["rbac"]["create"]:
         read = roles[0]["rules"][0]
         # list and watch feed the caches; tests/rbac.rs proves no get is ever sent.
-        assert read == {"apiGroups": [""], "resources": ["nodes", "limitranges"], "verbs": ["list", "watch"]}
+        assert read == {"apiGroups": [""], "resources": ["nodes", "namespaces", "limitranges"], "verbs": ["list", "watch"]}
     else:
         assert not roles and not by_kind(docs, "Role") and not by_kind(docs, "ClusterRole")
 

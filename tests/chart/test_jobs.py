@@ -156,20 +156,27 @@ def test_each_job_is_granted_what_its_values_need_and_nothing_else(rendered):
                      ("apps",): {"deployments", "replicasets", "statefulsets", "daemonsets"},
                      ("batch",): {"jobs", "cronjobs"}}
             expected = {(("",), ("nodes",), ("list",))}
+            # Namespaces' toleration whitelists: the one namespace audited, or all of them.
+            expected.add((("",), ("namespaces",), ("get",) if job["namespace"] else ("list",)))
             for groups, resources in reads.items():
                 expected.add((groups, tuple(sorted(resources)), ("list",)))
             expected.add(((group,), (plural,), ("list", "create", "patch", "delete")))
             assert {(g, tuple(sorted(r)), v) for g, r, v in granted} == expected, case
-            # Nodes are cluster-scoped: always the ClusterRole; the rest where the audit looks.
+            # Nodes and Namespaces are cluster-scoped: always the ClusterRole; the rest where
+            # the audit looks.
             assert (("",), ("nodes",), ("list",)) in cluster
-            assert all(r != ("nodes",) for _, r, _ in local)
+            assert all(r not in (("nodes",), ("namespaces",)) for _, r, _ in local)
+            if job["namespace"]:
+                namespace_rules = [r for o in by_kind(objects, "ClusterRole") for r in o["rules"]
+                                   if r["resources"] == ["namespaces"]]
+                assert [r.get("resourceNames") for r in namespace_rules] == [[job["namespace"]]], case
         else:
             expected = {(("",), ("pods",), ("list",))}
             if not job["dryRun"]:
                 expected |= {(("",), ("pods",), ("delete",)), (("",), ("events",), ("create",))}
             assert set(granted) == expected, case
         if job["namespace"]:
-            assert not [r for r in cluster if r[1] != ("nodes",)], "nothing namespaced is granted cluster-wide"
+            assert not [r for r in cluster if r[1] not in (("nodes",), ("namespaces",))], "nothing namespaced is granted cluster-wide"
         else:
             assert not local
 

@@ -284,6 +284,8 @@ impl ApiStub {
         };
         stub.set_objects("nodes", nodes);
         stub.set_objects("limitranges", limit_ranges);
+        // podmend serve watches Namespaces too (their toleration whitelists).
+        stub.set_objects("namespaces", Vec::new());
         stub
     }
 

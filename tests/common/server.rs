@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use podmend::server::ServeOptions;
 use serde_json::{Value, json};
 
+use super::api_stub::ApiStub;
 use super::net::{free_port, http_get};
 use super::spawn::{certs_command, serve_command};
 use super::tls::{Identity, client_config_with, roots};
@@ -305,6 +306,45 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A schedulable Node named `name` without taints, as `kubectl get node NAME -o json` shows
+/// it: the cordoned worker of `tests/fixtures/cluster/` renamed and uncordoned.
+pub fn untainted_node(name: &str) -> Value {
+    let mut node = fixture("cluster/node-cordoned-worker.json");
+    node["metadata"]["name"] = json!(name);
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = json!(name);
+    let spec = node["spec"].as_object_mut().expect("the node's spec");
+    spec.remove("taints");
+    spec.remove("unschedulable");
+    for address in node["status"]["addresses"]
+        .as_array_mut()
+        .expect("the node's addresses")
+    {
+        if address["type"] == "Hostname" {
+            address["address"] = json!(name);
+        }
+    }
+    node
+}
+
+/// `podmend serve` started with `options`, its cluster look-ups on and answered by an API
+/// stub that serves the untainted nodes `nodes` (see [`untainted_node`]) and no LimitRanges,
+/// as a real cluster tells it the node a pod's `spec.nodeName` names; returned once /readyz
+/// says its caches are filled. Keep the stub as long as the server.
+pub async fn start_knowing_nodes(nodes: &[&str], options: Options) -> (ApiStub, Server) {
+    let stub = ApiStub::start(
+        nodes.iter().map(|n| untainted_node(n)).collect(),
+        Vec::new(),
+    )
+    .await;
+    let server = Server::start_async(Options {
+        kubeconfig: Some(stub.kubeconfig_path().to_path_buf()),
+        wait_ready: true,
+        ..options
+    })
+    .await;
+    (stub, server)
 }
 
 /// Wraps an `AdmissionRequest` (the `.request` member) in an AdmissionReview.

@@ -290,6 +290,17 @@ pub fn kubectl_json(suite: &Suite, args: &[&str]) -> Value {
 
 /// `kubectl ARGS` with `object` as JSON on its standard input: its output (stdout and stderr).
 pub fn kubectl_stdin(suite: &Suite, args: &[&str], object: &Value) -> String {
+    let output = kubectl_stdin_output(suite, args, object);
+    assert_success(&format!("kubectl {}", args.join(" ")), &output);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `kubectl ARGS` with `object` as JSON on its standard input, whether or not it succeeds.
+pub fn kubectl_stdin_output(suite: &Suite, args: &[&str], object: &Value) -> Output {
     use std::io::Write as _;
     let mut child = suite
         .plane
@@ -306,11 +317,5 @@ pub fn kubectl_stdin(suite: &Suite, args: &[&str], object: &Value) -> String {
         .expect("stdin")
         .write_all(object.to_string().as_bytes())
         .expect("write to kubectl");
-    let output = child.wait_with_output().expect("kubectl exits");
-    assert_success(&format!("kubectl {}", args.join(" ")), &output);
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    child.wait_with_output().expect("kubectl exits")
 }

@@ -13,6 +13,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod install;
+mod node_affinity;
 mod pinniped;
 mod teardown;
 
@@ -51,6 +52,38 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_is_repaired_by_the_api_servers_call_and_bound_to_its_node_by_the_scheduler",
         pinniped::the_pinniped_agent_is_repaired_by_the_api_servers_call_and_bound_to_its_node_by_the_scheduler,
+    ),
+    (
+        "a_pod_pinned_to_a_node_the_cluster_does_not_have_is_stored_as_created_and_kubectl_says_why",
+        node_affinity::a_pod_pinned_to_a_node_the_cluster_does_not_have_is_stored_as_created_and_kubectl_says_why,
+    ),
+    (
+        "an_offline_audit_reports_a_pinned_pod_without_a_patch_until_given_a_cluster_snapshot",
+        node_affinity::an_offline_audit_reports_a_pinned_pod_without_a_patch_until_given_a_cluster_snapshot,
+    ),
+    (
+        "a_node_under_pressure_is_never_tolerated_so_the_pod_waits_pending_instead_of_being_evicted",
+        node_affinity::a_node_under_pressure_is_never_tolerated_so_the_pod_waits_pending_instead_of_being_evicted,
+    ),
+    (
+        "pinned_replicas_with_required_anti_affinity_keep_their_node_name",
+        node_affinity::pinned_replicas_with_required_anti_affinity_keep_their_node_name,
+    ),
+    (
+        "a_pod_for_another_scheduler_keeps_its_node_name",
+        node_affinity::a_pod_for_another_scheduler_keeps_its_node_name,
+    ),
+    (
+        "a_gated_pod_with_a_node_name_gets_the_api_servers_own_refusal",
+        node_affinity::a_gated_pod_with_a_node_name_gets_the_api_servers_own_refusal,
+    ),
+    (
+        "a_pinned_pod_with_a_priority_class_is_rewritten_bound_and_told_it_may_preempt",
+        node_affinity::a_pinned_pod_with_a_priority_class_is_rewritten_bound_and_told_it_may_preempt,
+    ),
+    (
+        "a_toleration_the_namespace_whitelist_would_refuse_is_never_added",
+        node_affinity::a_toleration_the_namespace_whitelist_would_refuse_is_never_added,
     ),
     (
         "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",

@@ -96,18 +96,20 @@ pub fn the_pinniped_agent_is_repaired_by_the_api_servers_call_and_bound_to_its_n
     );
 }
 
-/// Creates a Ready test Node with 2 CPUs and 4 GiB allocatable; `taint` is empty or a
-/// `key=value:Effect` user taint.
-pub fn create_node(suite: &Suite, name: &str, taint: &str) {
-    let taints = match taint.split_once(':') {
-        Some((key_value, effect)) => {
+/// Creates a Ready test Node with 2 CPUs and 4 GiB allocatable; `taints` is empty or
+/// `key[=value]:Effect` taints separated by commas.
+pub fn create_node(suite: &Suite, name: &str, taints: &str) {
+    let taints: Vec<Value> = taints
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .map(|taint| {
+            let (key_value, effect) = taint.split_once(':').unwrap_or((taint, "NoSchedule"));
             let (key, value) = key_value.split_once('=').unwrap_or((key_value, ""));
-            json!([{"key": key, "value": value, "effect": effect}])
-        }
-        None => json!([]),
-    };
+            json!({"key": key, "value": value, "effect": effect})
+        })
+        .collect();
     suite
-        .block_on(suite.plane.create_node(name, "2", "4Gi", taints))
+        .block_on(suite.plane.create_node(name, "2", "4Gi", json!(taints)))
         .unwrap_or_else(|e| panic!("{e}"));
 }
 

@@ -21,7 +21,7 @@ use lister::Lister;
 use symptoms::{OwnerInfo, OwnerKey, PodSymptoms, owner_info};
 
 use super::{Report, Source};
-use crate::cluster::cached::{CachedLimitRange, CachedNode, Snapshot, Table as _};
+use crate::cluster::cached::{CachedLimitRange, CachedNamespace, CachedNode, Snapshot, Table as _};
 use crate::engine::Engine;
 
 /// What the audit needs when a list is forbidden.
@@ -98,8 +98,9 @@ pub async fn audit_cluster(
     Ok(())
 }
 
-/// What the rules may ask of the cluster: every Node's taints and the LimitRanges (of the
-/// namespace, or all), parsed and kept only as far as the rules read them.
+/// What the rules may ask of the cluster: every Node's taints, the LimitRanges and the
+/// Namespaces' toleration whitelists (of the namespace, or all), parsed and kept only as far
+/// as the rules read them.
 async fn lookups(client: &Client, lister: &Lister<'_>) -> Result<Snapshot, ClusterAuditError> {
     let mut cluster = Snapshot::default();
     lister
@@ -116,6 +117,25 @@ async fn lookups(client: &Client, lister: &Lister<'_>) -> Result<Snapshot, Clust
             cluster.limit_ranges.insert(range);
         })
         .await?;
+    let namespaces = Api::<CachedNamespace>::all(client.clone());
+    match lister.namespace {
+        // One namespace: its own object, which a user allowed only that namespace may lack
+        // the right to read; then its whitelist is unknown, as with no whitelist.
+        Some(ns) => match namespaces.get_opt(ns).await {
+            Ok(Some(namespace)) => cluster.namespaces.insert(namespace),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(
+                "cannot read namespace {ns} ({error}): its tolerationsWhitelist is not checked"
+            ),
+        },
+        None => {
+            lister
+                .list(namespaces, "namespaces", |namespace| {
+                    cluster.namespaces.insert(namespace);
+                })
+                .await?;
+        }
+    }
     Ok(cluster)
 }
 

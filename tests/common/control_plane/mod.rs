@@ -438,5 +438,8 @@ fn apiserver_args(pki: &Pki, port: u16, etcd: std::net::SocketAddr) -> Vec<Strin
         // Only an API object's field: no test dials a Service address.
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         "--allow-privileged=true".into(),
+        // Off by default in kube-apiserver, on in some distributions: node-affinity must never
+        // add a toleration it would refuse. Only namespaces that name a whitelist are affected.
+        "--enable-admission-plugins=PodTolerationRestriction".into(),
     ]
 }
