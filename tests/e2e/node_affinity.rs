@@ -21,6 +21,15 @@ fn namespace(suite: &Suite, name: &str) {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// podmend installed, and a namespace and a node of this name (with `taints`, as
+/// [`create_node`] takes them) that podmend's caches hold.
+fn namespace_and_node(suite: &Suite, name: &str, taints: &str) {
+    ensure_installed(suite);
+    namespace(suite, name);
+    create_node(suite, name, taints);
+    wait_until_podmend_knows(suite, name, name);
+}
+
 /// A pod `name` in `namespace` pinned to `node`, with `extra` merged into its spec.
 fn pinned_pod(namespace: &str, name: &str, node: &str, extra: Value) -> Value {
     let mut spec = json!({"nodeName": node, "terminationGracePeriodSeconds": 0,
@@ -248,10 +257,7 @@ pub fn a_node_under_pressure_is_never_tolerated_so_the_pod_waits_pending_instead
 }
 
 pub fn pinned_replicas_with_required_anti_affinity_keep_their_node_name(suite: &Suite) {
-    ensure_installed(suite);
-    namespace(suite, "na-anti");
-    create_node(suite, "na-anti", "");
-    wait_until_podmend_knows(suite, "na-anti", "na-anti");
+    namespace_and_node(suite, "na-anti", "");
     // Two replicas pinned side by side with anti-affinity on the hostname: the kubelet never
     // checked inter-pod affinity (pkg/kubelet/lifecycle/predicate.go), so both ran. Rewritten
     // (before), the scheduler enforces it and the second waits Pending forever.
@@ -270,10 +276,7 @@ pub fn pinned_replicas_with_required_anti_affinity_keep_their_node_name(suite: &
 }
 
 pub fn a_pod_for_another_scheduler_keeps_its_node_name(suite: &Suite) {
-    ensure_installed(suite);
-    namespace(suite, "na-scheduler");
-    create_node(suite, "na-scheduler", "");
-    wait_until_podmend_knows(suite, "na-scheduler", "na-scheduler");
+    namespace_and_node(suite, "na-scheduler", "");
     // Before: rewritten to affinity that only a running "volcano" scheduler could act on.
     let pod = pinned_pod(
         "na-scheduler",
@@ -290,10 +293,7 @@ pub fn a_pod_for_another_scheduler_keeps_its_node_name(suite: &Suite) {
 }
 
 pub fn a_gated_pod_with_a_node_name_gets_the_api_servers_own_refusal(suite: &Suite) {
-    ensure_installed(suite);
-    namespace(suite, "na-gated");
-    create_node(suite, "na-gated", "");
-    wait_until_podmend_knows(suite, "na-gated", "na-gated");
+    namespace_and_node(suite, "na-gated", "");
     // Before: rewritten into a valid gated pod, hiding the client's mistake.
     let pod = pinned_pod(
         "na-gated",
