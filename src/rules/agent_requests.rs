@@ -161,9 +161,18 @@ impl AgentRequests {
         // Zeroing then meeting a Pod LimitRange can land where it started: compare at the end.
         let original = copy_of_repaired_parts(spec);
         let mut resources: Vec<&str> = self.config.resources.iter().map(String::as_str).collect();
+        let mut bounds = PodBounds::of(&original);
         loop {
             let ranges = (&container_ranges[..], &pod_ranges[..]);
-            let changed = self.repair_resources(spec, &original, &resources, ranges);
+            let changed = self.repair_resources(spec, &original, &resources, (ranges, &bounds));
+            // A pod-level limit the repair copied from the pod-level request bounds the
+            // containers too: the next pass would zero what this one kept for want of a limit.
+            // Start again knowing it (the bounds only grow, so this ends).
+            if let Some(wider) = bounds.widened_by(&PodBounds::of(spec)) {
+                restore_repaired_parts(spec, &original);
+                bounds = wider;
+                continue;
+            }
             // A Pod LimitRange's floor the pod met and the repair cannot (the containers that
             // ran have no room left below their limits): that resource is left as it was, or
             // the LimitRanger would refuse the pod. So is one whose containers, raised to a
@@ -203,10 +212,12 @@ impl AgentRequests {
         spec: &mut PodSpec,
         original: &PodSpec,
         resources: &[&str],
-        (container_ranges, pod_ranges): (&[LimitRangeItem], &[LimitRangeItem]),
+        ((container_ranges, pod_ranges), bounds): (
+            (&[LimitRangeItem], &[LimitRangeItem]),
+            &PodBounds,
+        ),
     ) -> Changes {
         let mut changed = Changes::default();
-        let bounds = PodBounds::of(spec);
         // The Docker guard dind-rm injected keeps what podmend gave it: every build context
         // and image of the pod passes through it, and a throttled guard stalls the pipeline.
         let own = |c: &Container| c.name != GUARD_CONTAINER;
@@ -214,7 +225,7 @@ impl AgentRequests {
         let init_containers = spec.init_containers.iter_mut().flatten();
         for container in containers.chain(init_containers).filter(|c| own(c)) {
             let ranges = container_ranges;
-            self.repair_container(container, resources, (ranges, &bounds), &mut changed);
+            self.repair_container(container, resources, (ranges, bounds), &mut changed);
         }
         let ranges = (container_ranges, pod_ranges);
         self.meet_pod_limit_ranges(spec, resources, ranges, &mut changed);
@@ -414,6 +425,7 @@ impl AgentRequests {
 }
 
 /// The pod-level limits of a pod, which bound its containers that have no limits of their own.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct PodBounds {
     /// Whether the pod sets any pod-level limit: then no container limit is ever invented (it
     /// could only be tighter than what the pod-level limit lets the container use today).
@@ -439,6 +451,20 @@ impl PodBounds {
     /// Whether a pod-level limit bounds `name`.
     fn limits(&self, name: &str) -> bool {
         self.names.iter().any(|n| n == name)
+    }
+
+    /// These bounds and `other`'s together, when `other` limits something these do not.
+    fn widened_by(&self, other: &PodBounds) -> Option<PodBounds> {
+        let new: Vec<&String> = other.names.iter().filter(|n| !self.limits(n)).collect();
+        if new.is_empty() {
+            return None;
+        }
+        let mut names = self.names.clone();
+        names.extend(new.into_iter().cloned());
+        Some(PodBounds {
+            any_limit: true,
+            names,
+        })
     }
 }
 
@@ -2109,5 +2135,35 @@ mod tests {
                 message.len()
             );
         }
+    }
+
+    #[test]
+    fn a_pod_level_limit_copied_from_the_request_bounds_the_containers_in_the_same_pass() {
+        // Found by tests/properties.rs: the init container's lone request was kept (no limit),
+        // then limitFromRequest gave the pod a cpu limit, which bounds it: the next pass zeroed
+        // it. One pass now does what both did.
+        let spec = json!({
+            "initContainers": [{"name": "init", "resources": {"requests": {"cpu": "1m"}}}],
+            "containers": [{"name": "app", "resources": {"limits": {"cpu": "501m"}}}],
+            "resources": {"requests": {"cpu": "501m"}, "limits": {"memory": "0"}}
+        });
+        let config = limit_from_request;
+        let (after, _) = run(config(), spec, &agent_meta(), &StaticCluster::empty());
+        assert_eq!(
+            after["initContainers"][0]["resources"],
+            json!({"requests": {"cpu": "0"}})
+        );
+        assert_eq!(
+            after["resources"],
+            json!({"requests": {"cpu": "0", "memory": "0"}, "limits": {"memory": "0", "cpu": "501m"}})
+        );
+        let (again, messages) = run(
+            config(),
+            after.clone(),
+            &agent_meta(),
+            &StaticCluster::empty(),
+        );
+        assert!(messages.is_empty(), "{messages:?}");
+        assert_eq!(again, after);
     }
 }
