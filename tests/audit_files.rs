@@ -248,18 +248,22 @@ fn repaired_yaml_passes_the_official_schema_and_the_api_rules() {
 /// enforcing, as audit shows the repair whatever the mode).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_patch_equals_the_webhook_patch_for_the_same_object() {
-    let all_enforce =
-        "rules:\n  node-affinity: {templates: enforce}\n  agent-requests: {templates: enforce}\n";
+    // agent-requests acting as widely as it can (the Jenkins preset, unpinned agents, limits
+    // from lone requests), so that the Jenkins agents are compared too; audit reads the same
+    // file.
+    let all_enforce = "rules:\n  node-affinity: {templates: enforce}\n  agent-requests: {templates: enforce, \
+                       presets: [pinniped-kube-cert-agent, jenkins-agent], onlyPinned: false, limitFromRequest: true}\n";
     let server = Server::start_async(Options {
         config: Some(all_enforce.to_string()),
         ..Options::default()
     })
     .await;
+    let config = server.config_path().display().to_string();
     let mut compared = 0;
     for case in ["helm-render", "list", "real-objects"] {
         let dir = case_dir(case).join("input");
-        let run = audit(&["-o", "patch", &relative(&dir)], None);
-        let json_report = audit(&["-o", "json", &relative(&dir)], None);
+        let run = audit(&["-o", "patch", "--config", &config, &relative(&dir)], None);
+        let json_report = audit(&["-o", "json", "--config", &config, &relative(&dir)], None);
         let report: Value = serde_json::from_str(&json_report.stdout).expect("json");
         assert_eq!(
             run.stdout.lines().count(),
