@@ -395,10 +395,12 @@ impl AgentRequests {
                 && request_milli(&resources, name)
                     .is_some_and(|r| max_container_limit.is_none_or(|l| l <= r) && aggregate <= r);
             // A pod-level request that neither a pod-level limit nor the containers' limits
-            // bound is kept, as a container's is, unless it becomes the limit.
+            // bound is kept, as a container's is, unless it becomes the limit; or unless the
+            // containers now request more (raised to a LimitRange's floor), which it must hold.
             if unbounded_request(&resources, name)
                 && implicit_limit.is_none()
                 && !limit_from_request
+                && request_milli(&resources, name).is_some_and(|r| r >= aggregate)
             {
                 changed.keep(name, "(pod)");
                 continue;
@@ -2165,5 +2167,29 @@ mod tests {
         );
         assert!(messages.is_empty(), "{messages:?}");
         assert_eq!(again, after);
+    }
+
+    #[test]
+    fn a_kept_pod_level_request_still_holds_what_the_containers_request() {
+        // Found by tests/properties.rs: the pod-level memory request (no limit bounds it) was
+        // kept at half a byte while the LimitRange's ratio raised the container's to a whole
+        // byte; the API refuses a pod-level request below the containers' aggregate
+        // (validatePodResourceConsistency). It follows the containers up instead.
+        let cluster = ci_limit_ranges(
+            json!([{"type": "Container", "maxLimitRequestRatio": {"memory": "3"}}]),
+        );
+        let spec = json!({
+            "containers": [{"name": "a", "resources": {"requests": {"memory": "500m"}, "limits": {"memory": "1"}}}],
+            "resources": {"requests": {"memory": "500m"}, "limits": {"cpu": "1"}}
+        });
+        let (after, _) = repair_in(&cluster, spec);
+        assert_eq!(
+            after["containers"][0]["resources"]["requests"],
+            json!({"memory": "1"})
+        );
+        assert_eq!(
+            after["resources"]["requests"],
+            json!({"memory": "1", "cpu": "0"})
+        );
     }
 }
