@@ -198,7 +198,7 @@ impl AgentRequests {
                     return vec![EXCLUSIVE_CPUS.to_string()];
                 }
                 let mut messages = changed.messages();
-                messages.extend(cost_message((before, after), exclusive, &original, spec));
+                messages.extend(cost_messages((before, after), exclusive, &original, spec));
                 return messages;
             }
             restore_repaired_parts(spec, &original);
@@ -644,13 +644,14 @@ fn pod_memory_request(spec: &PodSpec) -> Milli {
 /// What the repair costs the pod, said once: the QoS class it loses, and what a memory
 /// request of 0 means (OOM score adjustment 999, `pkg/kubelet/qos/policy.go`; memory use
 /// always above the request, so the first group the kubelet evicts under memory pressure,
-/// `rankMemoryPressure` in `pkg/kubelet/eviction/helpers.go`).
-fn cost_message(
+/// `rankMemoryPressure` in `pkg/kubelet/eviction/helpers.go`); and the exclusive cores a
+/// Guaranteed pod with whole CPUs loses (only with `zeroExclusiveCpus`).
+fn cost_messages(
     (before, after): (Qos, Qos),
     exclusive: bool,
     original: &PodSpec,
     spec: &PodSpec,
-) -> Option<String> {
+) -> Vec<String> {
     let qos_lost = before != after;
     let memory_zeroed = pod_memory_request(original) > 0 && pod_memory_request(spec) == 0;
     let head = if qos_lost {
@@ -658,18 +659,26 @@ fn cost_message(
     } else if memory_zeroed {
         "agent pod: memory request 0".to_string()
     } else {
-        return None;
+        return Vec::new();
     };
-    let mut costs = Vec::new();
-    if exclusive && qos_lost {
-        costs.push("exclusive CPUs lost");
-    }
-    if memory_zeroed {
-        costs.push("OOM score adj 999, among the first evicted under memory pressure");
+    let cost = if memory_zeroed {
+        Some("OOM score adj 999, among the first evicted under memory pressure")
     } else if before == Qos::Guaranteed {
-        costs.push("the OOM killer no longer spares it before Burstable pods");
+        Some("the OOM killer no longer spares it before Burstable pods")
+    } else {
+        None
+    };
+    let mut messages = vec![match cost {
+        Some(cost) => format!("{head}: {cost}"),
+        None => head,
+    }];
+    if exclusive && qos_lost {
+        messages.push(
+            "agent pod: its containers lose their exclusive CPUs (static CPU manager policy)"
+                .to_string(),
+        );
     }
-    Some(format!("{head}: {}", costs.join(", ")))
+    messages
 }
 
 /// The pod-level limit of `name` that defaulting gives a pod without any pod-level limit:
@@ -1247,7 +1256,7 @@ mod tests {
             after["containers"][0]["resources"],
             json!({"requests": {"cpu": "0", "memory": "0"}, "limits": {"cpu": "20m", "memory": "32Mi"}})
         );
-        // What changed, and what it costs the pod (see `cost_message`).
+        // What changed, and what it costs the pod (see `cost_messages`).
         assert_eq!(messages.len(), 2, "{messages:?}");
         assert!(messages.iter().all(|m| m.len() <= 120), "{messages:?}");
         assert!(
@@ -2026,12 +2035,12 @@ mod tests {
             after["containers"][0]["resources"]["requests"],
             json!({"cpu": "0", "memory": "0"})
         );
-        assert!(
-            messages
-                .iter()
-                .any(|m| m.starts_with("agent pod: QoS Guaranteed -> Burstable")
-                    && m.contains("exclusive CPUs lost")
-                    && m.contains("999")),
+        assert_eq!(
+            messages[1..],
+            [
+                "agent pod: QoS Guaranteed -> Burstable: OOM score adj 999, among the first evicted under memory pressure",
+                "agent pod: its containers lose their exclusive CPUs (static CPU manager policy)"
+            ],
             "{messages:?}"
         );
     }
@@ -2119,16 +2128,33 @@ mod tests {
 
     #[test]
     fn every_finding_is_at_most_120_characters() {
-        let spec = json!({"nodeName": "n1", "containers": [
-            {"name": "jnlp-with-a-longish-name", "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
-            {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}
-        ]});
+        // The longest of each message: long container names, every cost at once.
+        let specs = [
+            json!({"nodeName": "n1", "containers": [
+                {"name": "jnlp-with-a-longish-name", "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}},
+                {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}
+            ]}),
+            json!({"nodeName": "n1", "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}
+            ]}),
+            json!({"nodeName": "n1", "containers": [
+                {"name": "a", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}}
+            ], "resources": {"requests": {"memory": "2Gi"}}}),
+        ];
         let config = AgentRequestsConfig {
             zero_exclusive_cpus: true,
             ..AgentRequestsConfig::default()
         };
-        let (_, messages) = run(config, spec, &agent_meta(), &StaticCluster::empty());
-        assert!(!messages.is_empty());
+        let mut messages = Vec::new();
+        for spec in specs {
+            let (_, found) = run(config.clone(), spec, &agent_meta(), &StaticCluster::empty());
+            assert!(!found.is_empty());
+            messages.extend(found);
+        }
+        assert!(
+            messages.iter().any(|m| m.contains("exclusive CPUs")),
+            "{messages:?}"
+        );
         let notes = [NOT_PINNED, EXCLUSIVE_CPUS];
         for message in messages.iter().map(String::as_str).chain(notes) {
             assert!(
