@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs podmend locally on its built-in defaults with development certificates, sends it a
-# real AdmissionReview (a Jenkins agent pod pinned with spec.nodeName), and shows the repair.
+# Runs podmend locally on its built-in defaults, with the opt-in Jenkins agent preset turned on,
+# and development certificates; sends it a real AdmissionReview (a Jenkins agent pod pinned
+# with spec.nodeName), and shows the repair.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,9 +11,11 @@ work=$(mktemp -d)
 trap 'kill "$server" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 "$bin" certs --dns localhost --out "$work/certs" >/dev/null
+# The Jenkins preset is opt-in: it matches build pods too, whose requests the scheduler needs.
+printf 'rules:\n  agent-requests:\n    presets: [pinniped-kube-cert-agent, jenkins-agent]\n' >"$work/config.yaml"
 "$bin" serve --listen 127.0.0.1:8443 --metrics-listen 127.0.0.1:9090 \
   --tls-cert "$work/certs/tls.crt" --tls-key "$work/certs/tls.key" \
-  --kubeconfig "$work/no-cluster" 2>"$work/serve.log" &
+  --config "$work/config.yaml" --kubeconfig "$work/no-cluster" 2>"$work/serve.log" &
 server=$!
 for _ in $(seq 100); do
   curl -sf http://127.0.0.1:9090/readyz >/dev/null && break

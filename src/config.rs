@@ -115,10 +115,24 @@ impl Preset {
 pub struct AgentRequestsConfig {
     pub mode: Mode,
     pub templates: Mode,
+    /// Built-in selectors. Only Pinniped's by default: the Jenkins preset matches every
+    /// kubernetes-plugin pod, build pods included, whose requests the scheduler needs.
     pub presets: Vec<Preset>,
     pub selectors: Vec<LabelSelector>,
     pub resources: Vec<String>,
+    /// Only pods pinned to one node (`spec.nodeName`, or required node affinity on
+    /// `metadata.name` naming one node) are repaired: a pod the scheduler may place anywhere
+    /// fits somewhere without help, and zeroing its requests only overpacks nodes. The
+    /// `podmend.io/agent: "true"` annotation selects a pod whether it is pinned or not.
+    pub only_pinned: bool,
+    /// A request without a limit is copied into the limit before it is zeroed. Off by default:
+    /// the invented limit throttles and OOM-kills the container where it could burst before;
+    /// such a request is kept. Never with pod-level limits, which already bound the pod.
     pub limit_from_request: bool,
+    /// Zero the requests of Guaranteed pods whose CPU requests are whole numbers too. Off by
+    /// default: under the static CPU manager policy those containers get exclusive cores,
+    /// which a Burstable pod loses.
+    pub zero_exclusive_cpus: bool,
 }
 
 impl Default for AgentRequestsConfig {
@@ -126,10 +140,12 @@ impl Default for AgentRequestsConfig {
         Self {
             mode: Mode::Enforce,
             templates: Mode::Warn,
-            presets: vec![Preset::PinnipedKubeCertAgent, Preset::JenkinsAgent],
+            presets: vec![Preset::PinnipedKubeCertAgent],
             selectors: Vec::new(),
             resources: vec!["cpu".to_string(), "memory".to_string()],
-            limit_from_request: true,
+            only_pinned: true,
+            limit_from_request: false,
+            zero_exclusive_cpus: false,
         }
     }
 }
@@ -455,17 +471,27 @@ rules:
     skipPriorityClasses: false # true: leave pods with a priorityClassName as they are (as node affinity
                                # they could preempt the node's pods; a nodeName pod never did)
 
-  # Small agent pods must land on a given node even when its resources are fully requested:
-  # requests become an explicit "0" (or the LimitRange minimum), limits are kept (Burstable).
+  # Small agent pods pinned to a node must land there even when its resources are fully
+  # requested: requests become an explicit "0" (or the LimitRange minimum), limits are kept.
+  # The pod is then Burstable, not Guaranteed, and with a memory request of 0 its memory use
+  # always exceeds its request: under memory pressure the kubelet evicts it in the first
+  # group (beside BestEffort pods, by priority, then usage), and its OOM score adj is 999.
+  # The annotation podmend.io/agent: "true" selects any pod, pinned or not.
   agent-requests:
     mode: enforce
     templates: warn
     presets:                   # built-in agent selectors
       - pinniped-kube-cert-agent   # label kube-cert-agent.pinniped.dev
-      - jenkins-agent              # label jenkins/label
+                                   # also: jenkins-agent (label jenkins/label; it matches build pods too)
     selectors: []              # more agents: label selectors ({matchLabels: {...}, matchExpressions: [...]})
     resources: [cpu, memory]   # which requests to zero; only cpu, memory, ephemeral-storage
-    limitFromRequest: true     # a request without a limit first becomes the limit, so the container keeps a bound
+    onlyPinned: true           # only pods pinned to one node (spec.nodeName, or required node affinity
+                               # matchFields metadata.name In [one node]); false: every selected agent
+    limitFromRequest: false    # true: a request without a limit first becomes the limit (throttled and
+                               # OOM-killed at its request); false: such a request is kept. Never with
+                               # pod-level limits (spec.resources.limits): they bound the pod already
+    zeroExclusiveCpus: false   # true: zero Guaranteed pods with whole-number CPU requests too (they lose
+                               # their exclusive cores under the static CPU manager policy)
 
   # Docker-in-Docker: containers a pod's `docker run` leaves behind outlive the pod on the
   # daemon, pin images and fill the node's disk. In pods that run a Docker daemon (found by

@@ -222,35 +222,49 @@ async fn reviews_handed_to_a_review_helper_get_the_answers_the_worker_gives() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_jenkins_agent_keeps_its_limits_and_gets_zero_requests() {
-    let (_stub, server) =
-        start_knowing_nodes(&["ip-10-0-1-23.ec2.internal"], Options::default()).await;
+async fn a_jenkins_agent_keeps_the_request_no_limit_bounds_and_gets_no_invented_limit() {
+    // The Jenkins preset is opt-in; a user turned it on. The plugin's default jnlp container
+    // requests 100m/256Mi and sets no limit. Before, it got limits of 100m/256Mi copied from
+    // those requests (throttled and OOM-killed at its request) and requests of 0; now it
+    // keeps its requests, gets no limit, and the warning says why.
+    let (_stub, server) = start_knowing_nodes(
+        &["ip-10-0-1-23.ec2.internal"],
+        Options {
+            config: Some(
+                "rules:\n  agent-requests:\n    presets: [pinniped-kube-cert-agent, jenkins-agent]\n"
+                    .to_string(),
+            ),
+            ..Options::default()
+        },
+    )
+    .await;
     let mut pod = fixture("jenkins-k8s-plugin-agent-pod-default-jnlp-as-submitted-eks.yaml");
     pod["spec"]["nodeName"] = json!("ip-10-0-1-23.ec2.internal");
     let applied = mutate(&server, &create_review("jenkins", &pod, "jenkins")).await;
 
-    assert!(applied.patched);
+    assert!(applied.patched, "node-affinity still repairs the pod");
     let jnlp = &applied.object["spec"]["containers"][1];
     assert_eq!(jnlp["name"], "jnlp");
     assert_eq!(
         jnlp["resources"]["requests"],
-        json!({"cpu": "0", "memory": "0"})
-    );
-    assert_eq!(
-        jnlp["resources"]["limits"],
         json!({"cpu": "100m", "memory": "256Mi"})
     );
-    // The kubectl container had neither: nothing to keep, nothing to zero.
-    let kubectl = &applied.object["spec"]["containers"][0]["resources"];
-    for field in ["requests", "limits"] {
-        assert!(
-            kubectl.get(field).is_none_or(|m| m == &json!({})),
-            "{kubectl}"
-        );
-    }
+    assert!(
+        jnlp["resources"]["limits"]
+            .as_object()
+            .is_none_or(|l| l.is_empty()),
+        "no limit invented: {jnlp}"
+    );
     assert_eq!(
         applied.object["metadata"]["annotations"]["podmend.io/mutated"],
-        "node-affinity,agent-requests"
+        "node-affinity"
+    );
+    assert!(
+        applied.warnings.iter().any(|w| w.starts_with(
+            "podmend agent-requests: agent pod: requests kept, no limit bounds them: cpu/memory (jnlp)"
+        )),
+        "{:?}",
+        applied.warnings
     );
     assert_eq!(k8s_rules::qos_class(&applied.object["spec"]), "Burstable");
     assert_valid(&applied.object);

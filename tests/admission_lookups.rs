@@ -109,7 +109,9 @@ async fn agent_requests_meet_the_namespace_limit_range_instead_of_zero() {
     let (_stub, server) = start().await;
     let limit_range = cluster_fixture("limitrange-ci-agents-container-defaults.json");
     // LimitRanger's defaulting ran before the webhook: the agent arrives with the defaults.
+    // Selected explicitly (the Jenkins preset is opt-in), pinned or not.
     let mut pod = fixture("jenkins-k8s-plugin-agent-pod-default-jnlp-as-submitted-eks.yaml");
+    pod["metadata"]["annotations"]["podmend.io/agent"] = json!("true");
     for container in pod["spec"]["containers"]
         .as_array_mut()
         .expect("containers")

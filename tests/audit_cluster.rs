@@ -106,10 +106,14 @@ fn kubewarden_pod() -> Value {
     running(pod, "worker-2")
 }
 
-/// The Jenkins agent pod as the plugin submitted it, running on a worker.
+/// The Jenkins agent pod as the plugin submitted it, running on a worker, from a pod template
+/// that gives jnlp limits and selects it with `podmend.io/agent: "true"` (the Jenkins preset
+/// is opt-in; the plugin's default jnlp, with no limit, keeps its requests).
 fn jenkins_agent() -> Value {
     let mut pod = yaml_fixture("jenkins-k8s-plugin-agent-pod-default-jnlp-as-submitted-eks.yaml");
     pod["metadata"]["namespace"] = json!("jenkins");
+    pod["metadata"]["annotations"]["podmend.io/agent"] = json!("true");
+    pod["spec"]["containers"][1]["resources"]["limits"] = json!({"cpu": "500m", "memory": "512Mi"});
     running(pod, "worker-2")
 }
 

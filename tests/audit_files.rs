@@ -409,8 +409,11 @@ fn repaired_yaml_passes_the_official_schema_and_the_api_rules() {
 /// the audit in [`SNAPSHOT`], the webhook in a cluster that has them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_audit_patch_equals_the_webhook_patch_for_the_same_object() {
-    let all_enforce =
-        "rules:\n  node-affinity: {templates: enforce}\n  agent-requests: {templates: enforce}\n";
+    // agent-requests acting as widely as it can (the Jenkins preset, unpinned agents, limits
+    // from lone requests), so that the Jenkins agents are compared too; audit reads the same
+    // file.
+    let all_enforce = "rules:\n  node-affinity: {templates: enforce}\n  agent-requests: {templates: enforce, \
+                       presets: [pinniped-kube-cert-agent, jenkins-agent], onlyPinned: false, limitFromRequest: true}\n";
     let nodes = snapshot_nodes();
     let nodes: Vec<&str> = nodes.iter().map(String::as_str).collect();
     let (_stub, server) = start_knowing_nodes(
@@ -421,11 +424,18 @@ async fn the_audit_patch_equals_the_webhook_patch_for_the_same_object() {
         },
     )
     .await;
+    let config = server.config_path().display().to_string();
     let mut compared = 0;
     for case in ["helm-render", "list", "real-objects"] {
         let dir = case_dir(case).join("input");
-        let run = audit(&with_snapshot(&["-o", "patch", &relative(&dir)]), None);
-        let json_report = audit(&with_snapshot(&["-o", "json", &relative(&dir)]), None);
+        let run = audit(
+            &with_snapshot(&["-o", "patch", "--config", &config, &relative(&dir)]),
+            None,
+        );
+        let json_report = audit(
+            &with_snapshot(&["-o", "json", "--config", &config, &relative(&dir)]),
+            None,
+        );
         let report: Value = serde_json::from_str(&json_report.stdout).expect("json");
         assert_eq!(
             run.stdout.lines().count(),

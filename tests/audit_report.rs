@@ -44,9 +44,11 @@ fn cluster() -> StaticCluster {
         .with_node("node-2", vec![])
 }
 
+/// A Jenkins agent selected explicitly (the Jenkins preset is opt-in), pinned or not.
 fn jenkins_agent(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "jenkins", "labels": {"jenkins/label": "build"}},
+        "metadata": {"name": name, "namespace": "jenkins", "labels": {"jenkins/label": "build"},
+            "annotations": {"podmend.io/agent": "true"}},
         "spec": {"containers": [{"name": "jnlp", "image": "jenkins/inbound-agent",
             "resources": {"requests": {"cpu": "500m", "memory": "512Mi"},
                           "limits": {"cpu": "1", "memory": "1Gi"}}}]}})

@@ -557,7 +557,16 @@ async fn tekton_s_digest_pinned_daemon_is_found_by_what_it_runs() {
 
 #[tokio::test]
 async fn a_jenkins_agent_with_dind_keeps_the_guard_s_resources_as_dind_rm_set_them() {
-    let server = Server::start(Options::default());
+    // agent-requests as a user who opts in to all of it configures it (the Jenkins preset,
+    // unpinned agents, limits copied from lone requests), so that it acts on this pod: the
+    // jnlp container has a request and no limit, and the pod is not pinned.
+    let server = Server::start(Options {
+        config: Some(
+            "rules:\n  agent-requests:\n    presets: [jenkins-agent]\n    onlyPinned: false\n    limitFromRequest: true\n"
+                .to_string(),
+        ),
+        ..Options::default()
+    });
     let pod = fixture("jenkins-k8s-plugin-agent-pod-dind-reconstructed.yaml");
     let admitted = admit(&server, &pod).await;
     let rules = admitted.object["metadata"]["annotations"]["podmend.io/mutated"].clone();

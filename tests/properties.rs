@@ -30,7 +30,7 @@ use common::server::create_review;
 use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
 use podmend::admission::{self, AdmissionDecision, Webhook};
 use podmend::cluster::StaticCluster;
-use podmend::config::{Config, Mode, SidecarMode};
+use podmend::config::{Config, Mode, Preset, SidecarMode};
 use podmend::dind::Policy;
 use podmend::engine::{Engine, MUTATED_ANNOTATION, Skip};
 use proptest::prelude::*;
@@ -208,6 +208,8 @@ struct Knobs {
     policy: Policy,
     tolerate_node_taints: bool,
     limit_from_request: bool,
+    only_pinned: bool,
+    zero_exclusive_cpus: bool,
 }
 
 fn knobs() -> impl Strategy<Value = Knobs> {
@@ -215,14 +217,25 @@ fn knobs() -> impl Strategy<Value = Knobs> {
         select(vec![SidecarMode::Native, SidecarMode::Container]),
         select(Policy::ALL.to_vec()),
         prop::bool::weighted(0.8),
-        prop::bool::weighted(0.8),
+        prop::bool::weighted(0.5),
+        prop::bool::weighted(0.3),
+        prop::bool::weighted(0.5),
     )
         .prop_map(
-            |(sidecar_mode, policy, tolerate_node_taints, limit_from_request)| Knobs {
+            |(
                 sidecar_mode,
                 policy,
                 tolerate_node_taints,
                 limit_from_request,
+                only_pinned,
+                zero_exclusive_cpus,
+            )| Knobs {
+                sidecar_mode,
+                policy,
+                tolerate_node_taints,
+                limit_from_request,
+                only_pinned,
+                zero_exclusive_cpus,
             },
         )
 }
@@ -237,6 +250,10 @@ fn all_enforce(knobs: &Knobs) -> Config {
     rules.agent_requests.mode = Mode::Enforce;
     rules.agent_requests.templates = Mode::Enforce;
     rules.agent_requests.limit_from_request = knobs.limit_from_request;
+    // Both presets, so that the generated Jenkins agents are agents; pinned or not by knob.
+    rules.agent_requests.presets = vec![Preset::PinnipedKubeCertAgent, Preset::JenkinsAgent];
+    rules.agent_requests.only_pinned = knobs.only_pinned;
+    rules.agent_requests.zero_exclusive_cpus = knobs.zero_exclusive_cpus;
     rules.dind_rm.mode = Mode::Enforce;
     rules.dind_rm.templates = Mode::Enforce;
     rules.dind_rm.sidecar_mode = knobs.sidecar_mode;

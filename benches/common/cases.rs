@@ -155,10 +155,12 @@ pub fn cases() -> Vec<Case> {
             body: encode(&nodename),
             expect: Expect::Patched,
         },
+        // Not an agent under the default config (the Jenkins preset is opt-in, and the pod is
+        // not pinned): what a Jenkins pod costs a review since issue 51, no repair.
         Case {
             name: "pod-create-jenkins-agent",
             body: review(jenkins),
-            expect: Expect::Patched,
+            expect: Expect::Clean,
         },
         Case {
             name: "pod-create-agent-pinned",

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use podmend::admission::{self, AdmissionDecision, Request, Webhook};
 use podmend::cluster::{ClusterView, StaticCluster};
-use podmend::config::{Config, Mode, SidecarMode};
+use podmend::config::{Config, Mode, Preset, SidecarMode};
 use podmend::engine::{Engine, Subject, WholeObjects};
 use serde_json::Value;
 
@@ -18,7 +18,12 @@ use crate::k8s_rules;
 static ENGINES: LazyLock<Vec<(&'static str, Engine)>> = LazyLock::new(|| {
     let mut enforce = every_rule(Mode::Enforce);
     enforce.rules.dind_rm.sidecar_mode = SidecarMode::Container;
-    enforce.rules.agent_requests.limit_from_request = false;
+    // agent-requests' non-default branches here, its defaults under "default".
+    let agents = &mut enforce.rules.agent_requests;
+    agents.presets = vec![Preset::PinnipedKubeCertAgent, Preset::JenkinsAgent];
+    agents.only_pinned = false;
+    agents.limit_from_request = true;
+    agents.zero_exclusive_cpus = true;
     enforce.rules.virtual_node_phase.mode = Mode::Enforce;
     vec![
         ("default", Engine::new(&Config::default())),

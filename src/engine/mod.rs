@@ -725,7 +725,7 @@ mod tests {
     #[test]
     fn the_repair_patch_applies_every_finding_whatever_its_mode() {
         let object = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
-            "spec": {"template": {"metadata": {"labels": {"jenkins/label": "x"}},
+            "spec": {"template": {"metadata": {"labels": {"kube-cert-agent.pinniped.dev": "v3"}},
                 "spec": {"nodeName": "n1", "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}}}});
         let warned = engine().review(&create("apps", "Deployment", &object), &cluster());
         let mut config = Config::default();
@@ -855,7 +855,7 @@ mod tests {
     #[test]
     fn a_skip_annotation_naming_one_rule_skips_only_that_rule() {
         let object = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "p", "labels": {"jenkins/label": "x"}, "annotations": {SKIP_ANNOTATION: "node-affinity"}},
+            "metadata": {"name": "p", "labels": {"kube-cert-agent.pinniped.dev": "v3"}, "annotations": {SKIP_ANNOTATION: "node-affinity"}},
             "spec": {"nodeName": "n1", "containers": [{"name": "a", "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}}}]}});
         let outcome = engine().review(&create("", "Pod", &object), &cluster());
         let rules: Vec<&str> = outcome.findings.iter().map(|f| f.rule).collect();

@@ -176,7 +176,7 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
     na, ar, dr = config["rules"]["node-affinity"], config["rules"]["agent-requests"], config["rules"]["dind-rm"]
     assert na["tolerateNodeTaints"] == rules["nodeAffinity"]["tolerateNodeTaints"]
     assert na["ignoreTaints"] == rules["nodeAffinity"]["ignoreTaints"]
-    for key in ("presets", "selectors", "resources", "limitFromRequest"):
+    for key in ("presets", "selectors", "resources", "onlyPinned", "limitFromRequest", "zeroExclusiveCpus"):
         assert ar[key] == rules["agentRequests"][key]
     # dind-rm: exactly the keys podmend's config has for it, nothing the schema of this
     # podmend version would refuse.

@@ -1130,6 +1130,8 @@ fn label_pool() -> Vec<(&'static str, &'static str)> {
         ("jenkins/label", "build-agent_x"),
         ("jenkins/label", ""),
         ("kube-cert-agent.pinniped.dev", "v2"),
+        // The default config's one preset: twice, so that it selects a fair share of cases.
+        ("kube-cert-agent.pinniped.dev", "v3"),
         ("app", "web"),
         ("jenkins", "slave"),
         ("tier", "ci"),

@@ -176,6 +176,50 @@ pub fn ensure_installed(suite: &Suite) {
     }
 }
 
+/// Runs `test` while podmend serves the chart's config as `change` edits it (the config as
+/// JSON, e.g. `config["rules"]["agent-requests"]["onlyPinned"] = json!(false)`), then serves
+/// the chart's config again, whether `test` passed or panicked. Each swap writes the file
+/// `podmend serve` reloads and waits for its "configuration reloaded" log line.
+pub fn with_config<T>(
+    suite: &Suite,
+    change: impl FnOnce(&mut Value),
+    test: impl FnOnce() -> T,
+) -> T {
+    ensure_installed(suite);
+    let chart_config = {
+        let podmend = crate::lock(&suite.podmend);
+        let server = &podmend.as_ref().expect("installed").server;
+        std::fs::read_to_string(server.config_path()).expect("the installed config")
+    };
+    let mut config: Value =
+        serde_yaml_ng::from_str(&chart_config).expect("the installed config is YAML");
+    change(&mut config);
+    // JSON is YAML: podmend reads it as it reads the chart's.
+    serve_config(suite, &serde_json::to_string_pretty(&config).expect("JSON"));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(test));
+    serve_config(suite, &chart_config);
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// Writes `text` as the config of the installed `podmend serve` and waits until it reloaded
+/// it (it reloads a changed file within a second, and logs each reload).
+fn serve_config(suite: &Suite, text: &str) {
+    let podmend = crate::lock(&suite.podmend);
+    let server = &podmend.as_ref().expect("installed").server;
+    let path = server.config_path();
+    if std::fs::read_to_string(&path).ok().as_deref() == Some(text) {
+        return;
+    }
+    let reloads = |log: &str| log.matches("configuration reloaded").count();
+    let before = reloads(&server.log_text());
+    std::fs::write(&path, text).expect("write the config");
+    let log = server.log_once(|log| reloads(log) > before);
+    assert!(
+        reloads(&log) > before,
+        "podmend did not reload the config:\n{text}\n{log}"
+    );
+}
+
 /// Starts `podmend serve` on loopback (look-ups through the admin kubeconfig), installs the
 /// chart with `webhook.url` pointing at it, and gives it the config the chart installed.
 fn install(suite: &Suite) -> Installed {

@@ -10,6 +10,7 @@
 //! `scripts/test` counts its tests with the others. `cargo test --test e2e -- NAME` runs the
 //! tests whose names contain NAME.
 
+mod agent_requests;
 #[path = "../common/mod.rs"]
 mod common;
 mod install;
@@ -88,6 +89,42 @@ const TESTS: &[Test] = &[
     (
         "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",
         install::helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation,
+    ),
+    (
+        "the_jenkins_jnlp_pod_pinned_to_a_node_keeps_its_request_and_gets_no_invented_limit",
+        agent_requests::the_jenkins_jnlp_pod_pinned_to_a_node_keeps_its_request_and_gets_no_invented_limit,
+    ),
+    (
+        "a_pod_level_limit_is_never_narrowed_by_container_limits_invented_from_requests",
+        agent_requests::a_pod_level_limit_is_never_narrowed_by_container_limits_invented_from_requests,
+    ),
+    (
+        "a_jenkins_build_pod_not_pinned_to_a_node_is_not_touched_by_default",
+        agent_requests::a_jenkins_build_pod_not_pinned_to_a_node_is_not_touched_by_default,
+    ),
+    (
+        "with_the_jenkins_preset_on_an_unpinned_build_pod_is_left_alone_and_kubectl_says_why",
+        agent_requests::with_the_jenkins_preset_on_an_unpinned_build_pod_is_left_alone_and_kubectl_says_why,
+    ),
+    (
+        "an_agent_pinned_by_node_name_or_by_node_affinity_on_its_name_is_repaired",
+        agent_requests::an_agent_pinned_by_node_name_or_by_node_affinity_on_its_name_is_repaired,
+    ),
+    (
+        "the_agent_annotation_opts_in_a_pod_that_is_not_pinned",
+        agent_requests::the_agent_annotation_opts_in_a_pod_that_is_not_pinned,
+    ),
+    (
+        "a_guaranteed_agent_with_whole_cpus_is_left_alone_and_kubectl_prints_why",
+        agent_requests::a_guaranteed_agent_with_whole_cpus_is_left_alone_and_kubectl_prints_why,
+    ),
+    (
+        "with_zero_exclusive_cpus_a_guaranteed_agent_with_whole_cpus_is_zeroed_and_told_what_it_loses",
+        agent_requests::with_zero_exclusive_cpus_a_guaranteed_agent_with_whole_cpus_is_zeroed_and_told_what_it_loses,
+    ),
+    (
+        "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
+        agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
     ),
     (
         "a_suite_that_panics_or_is_killed_leaves_no_component_running",
