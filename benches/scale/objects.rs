@@ -462,6 +462,30 @@ fn limit_ranges(count: usize) -> anyhow::Result<Collection> {
 }
 
 // ---------------------------------------------------------------------------------------
+// Namespaces
+
+/// The namespaces the other objects are in (`ns-00000`, ...): what `serve` watches for their
+/// toleration whitelists, none of which names one.
+fn namespaces(count: usize) -> Collection {
+    Collection {
+        resource: "namespaces",
+        api_version: "v1",
+        kind: "Namespace",
+        len: count,
+        render: Box::new(move |i, out| {
+            let item = json!({
+                "metadata": {"name": namespace(i), "uid": make_uid(30, i as u64),
+                             "resourceVersion": (400_000 + i).to_string(),
+                             "labels": {"kubernetes.io/metadata.name": namespace(i)}},
+                "spec": {"finalizers": ["kubernetes"]},
+                "status": {"phase": "Active"}
+            });
+            let _ = serde_json::to_writer(out, &item);
+        }),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // ReplicaSets and pods
 
 /// The pod the GKE capture creates, as the API server stores it (no status yet).
@@ -711,6 +735,7 @@ pub fn collections(sizes: Sizes) -> anyhow::Result<Vec<Collection>> {
     let collections = vec![
         nodes(sizes.nodes, sizes.bare_nodes)?,
         limit_ranges(sizes.limit_ranges)?,
+        namespaces(sizes.namespaces.max(sizes.limit_ranges)),
         replicasets(sizes)?,
         pods(sizes)?,
         Collection::empty("podtemplates", "v1", "PodTemplate"),

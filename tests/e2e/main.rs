@@ -87,10 +87,6 @@ const TESTS: &[Test] = &[
         node_affinity::a_toleration_the_namespace_whitelist_would_refuse_is_never_added,
     ),
     (
-        "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",
-        install::helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation,
-    ),
-    (
         "the_jenkins_jnlp_pod_pinned_to_a_node_keeps_its_request_and_gets_no_invented_limit",
         agent_requests::the_jenkins_jnlp_pod_pinned_to_a_node_keeps_its_request_and_gets_no_invented_limit,
     ),
@@ -125,6 +121,10 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
         agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
+    ),
+    (
+        "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",
+        install::helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation,
     ),
     (
         "a_suite_that_panics_or_is_killed_leaves_no_component_running",
