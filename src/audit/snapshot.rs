@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::manifests;
 use crate::cluster::StaticCluster;
-use crate::rules::node_affinity::TOLERATIONS_WHITELIST;
+use crate::cluster::TOLERATIONS_WHITELIST;
 
 /// A snapshot that cannot be used: what is wrong, and where.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,7 @@ use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
 use kube::runtime::watcher::Event;
 use serde::{Deserialize, Deserializer};
 
-use crate::rules::node_affinity::TOLERATIONS_WHITELIST;
+use super::TOLERATIONS_WHITELIST;
 
 /// A Node's name, labels and taints.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -11,6 +11,10 @@ use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::api::core::v1::{LimitRangeItem, Taint, Toleration};
 
+/// The namespace annotation `PodTolerationRestriction` reads: the tolerations a pod in the
+/// namespace may have (`plugin/pkg/admission/podtolerationrestriction`).
+pub const TOLERATIONS_WHITELIST: &str = "scheduler.alpha.kubernetes.io/tolerationsWhitelist";
+
 /// Read-only cluster facts a rule may use. Answers may be stale: they come from caches.
 pub trait ClusterView: Send + Sync {
     /// Whether look-ups are possible at all (false outside a cluster).

@@ -582,7 +582,7 @@ mod tests {
         let namespace = |name: &str, whitelist: Option<&str>| -> CachedNamespace {
             let mut annotations = serde_json::json!({"other": "x"});
             if let Some(text) = whitelist {
-                annotations[crate::rules::node_affinity::TOLERATIONS_WHITELIST] = text.into();
+                annotations[crate::cluster::TOLERATIONS_WHITELIST] = text.into();
             }
             serde_json::from_value(serde_json::json!({
                 "metadata": {"name": name, "annotations": annotations}

@@ -36,9 +36,6 @@ const DEFAULT_SCHEDULER: &str = "default-scheduler";
 /// (`pkg/kubelet/eviction/eviction_manager.go`, `Admit`); without the toleration the pod waits
 /// `Pending` until the condition clears.
 const KUBERNETES_TAINTS: &str = "node.kubernetes.io/";
-/// The namespace annotation `PodTolerationRestriction` reads: the tolerations a pod in the
-/// namespace may have (`plugin/pkg/admission/podtolerationrestriction`).
-pub const TOLERATIONS_WHITELIST: &str = "scheduler.alpha.kubernetes.io/tolerationsWhitelist";
 
 pub struct NodeAffinity {
     config: NodeAffinityConfig,
