@@ -1306,7 +1306,7 @@ mod tests {
 
     #[test]
     fn a_request_without_a_limit_is_kept_and_the_finding_says_it_needs_a_limit() {
-        // Before issue 51 (limitFromRequest on by default) this container got limit = request
+        // With limitFromRequest on (the former default) this container got limit = request
         // (100m/256Mi): throttled at its request and OOM-killed above it, where it could use
         // what the node had free. Zeroed without a limit, nothing would bound it at all.
         let resources = json!({"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {}});
@@ -1860,7 +1860,7 @@ mod tests {
 
     #[test]
     fn the_jenkins_preset_is_opt_in_and_the_pinniped_preset_is_on_by_default() {
-        // Before issue 51 both presets were on: a Jenkins build pod pinned or not got its
+        // With both presets on (the former default), a Jenkins build pod pinned or not got its
         // requests zeroed, so the scheduler overpacked nodes with builds first in line for
         // eviction.
         assert_eq!(
@@ -1901,7 +1901,7 @@ mod tests {
 
     #[test]
     fn an_agent_pod_not_pinned_to_one_node_is_left_alone_and_the_finding_says_why() {
-        // Before issue 51 every selected agent was repaired, pinned or not.
+        // With onlyPinned off (the former behaviour) every selected agent is repaired, pinned or not.
         let mut spec = pinniped_spec();
         spec.as_object_mut().expect("spec").remove("nodeName");
         let pinniped = labeled("kube-cert-agent.pinniped.dev", "v3");
@@ -2010,7 +2010,7 @@ mod tests {
     fn a_guaranteed_agent_with_whole_cpus_is_left_alone_and_the_finding_says_why() {
         // Under the static CPU manager policy its container has exclusive cores
         // (pkg/kubelet/cm/cpumanager/policy_static.go, guaranteedCPUs): zeroed, the pod is
-        // Burstable and loses them. Before issue 51 it was zeroed all the same.
+        // Burstable and loses them. Formerly it was zeroed all the same.
         let spec = json!({"nodeName": "n1", "containers": [{"name": "a", "resources": {
             "requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}}]});
         let (after, messages) = repair_default(spec.clone(), &agent_meta());

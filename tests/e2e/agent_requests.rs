@@ -5,7 +5,7 @@
 //! (`pkg/registry/core/pod/strategy.go`, `PrepareForCreate`), so the QoS class asserted here
 //! is the API server's own, not podmend's idea of it.
 //!
-//! What podmend did before issue 51, for each test to differ from: the Jenkins preset was on by
+//! What podmend did under its former defaults, for each test to differ from: the Jenkins preset was on by
 //! default and every selected agent was repaired, pinned or not; a request without a limit was
 //! copied into the limit, also under a pod-level limit; Guaranteed pods were zeroed whatever
 //! their CPUs.
