@@ -1,16 +1,43 @@
 //! The `audit_reader` target: text → `audit::manifests::parse` (YAML streams, JSON, Lists) →
-//! `Report::add_object` (the engine, offline, as `podmend audit` runs on files) → every
-//! report format and `-o yaml`'s repaired manifests, read back.
+//! `Report::add_object` (the engine, as `podmend audit --cluster-snapshot` runs on files with
+//! a snapshot holding every node they name) → every report format and `-o yaml`'s repaired
+//! manifests, read back.
 
+use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
+use k8s_openapi::api::core::v1::{LimitRangeItem, Taint};
 use podmend::audit::manifests::{self, ManifestFile};
 use podmend::audit::{InputError, Report, report};
+use podmend::cluster::ClusterView;
 use podmend::config::Config;
 use podmend::engine::Engine;
 use serde_json::Value;
 
 static ENGINE: LazyLock<Engine> = LazyLock::new(|| Engine::new(&Config::default()));
+
+/// A cluster that has every node an input names, untainted, and no LimitRanges: the look-ups
+/// of a snapshot of such a cluster, so node-affinity's rewrite is reached (without the node's
+/// taints it leaves a pinned pod as it is).
+struct EveryNodeKnown;
+
+impl ClusterView for EveryNodeKnown {
+    fn lookups_enabled(&self) -> bool {
+        true
+    }
+
+    fn node_taints(&self, _name: &str) -> Option<Vec<Taint>> {
+        Some(Vec::new())
+    }
+
+    fn node_labels(&self, _name: &str) -> Option<BTreeMap<String, String>> {
+        Some(BTreeMap::new())
+    }
+
+    fn limit_range_items(&self, _namespace: &str) -> Vec<LimitRangeItem> {
+        Vec::new()
+    }
+}
 
 /// Reads `text` as `podmend audit` reads a file called `name`, and reviews every object.
 fn audit(name: &str, text: String) -> (ManifestFile, Report) {
@@ -20,7 +47,7 @@ fn audit(name: &str, text: String) -> (ManifestFile, Report) {
     for error in errors {
         report.add_error(error);
     }
-    report.add_file(&ENGINE, &file);
+    report.add_file(&ENGINE, &EveryNodeKnown, &file);
     (file, report)
 }
 

@@ -306,7 +306,7 @@ impl Report {
     pub fn add_file(
         &mut self,
         engine: &Engine,
-        cluster: &StaticCluster,
+        cluster: &dyn ClusterView,
         file: &manifests::ManifestFile,
     ) {
         for document in &file.documents {
