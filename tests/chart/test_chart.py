@@ -653,6 +653,9 @@ def test_the_schema_refuses_bad_values_naming_the_key(values, expected):
         pytest.param({"shutdownDelaySeconds": 10}, "shutdownDelaySeconds + shutdownSeconds (10 + 20) must be below terminationGracePeriodSeconds (30)", id="shutdown-delay-vs-grace"),
         pytest.param({"tls": {"secret": {"name": "x"}}}, "tls.secret.* is only used with tls.mode secret", id="secret-values-in-self-mode"),
         pytest.param({"podDisruptionBudget": {"minAvailable": 3}}, "minAvailable (3) is above replicaCount (2)", id="pdb-above-replicas"),
+        pytest.param({"podDisruptionBudget": {"minAvailable": 2}}, "minAvailable (2) keeps all 2 replicas up", id="pdb-equal-to-replicas"),
+        pytest.param({"podDisruptionBudget": {"minAvailable": "100%"}}, "minAvailable (100%) keeps all 2 replicas up", id="pdb-hundred-percent"),
+        pytest.param({"replicaCount": 3, "podDisruptionBudget": {"minAvailable": "67%"}}, "minAvailable (67%) keeps all 3 replicas up", id="pdb-percent-rounds-up-to-all"),
         pytest.param({"serviceAccount": {"create": False}}, "serviceAccount.create is false", id="rbac-without-account"),
         pytest.param({"tls": {"clientCA": {"secretName": "a", "configMapName": "b"}}},
                      "tls.clientCA: set secretName or configMapName, not both", id="client-ca-from-both"),
@@ -669,6 +672,21 @@ def test_impossible_combinations_fail_the_render(values, expected):
     with pytest.raises(helm.HelmRenderError) as refusal:
         render_raw(values)
     assert expected in str(refusal.value)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param({"replicaCount": 3, "podDisruptionBudget": {"minAvailable": 2}}, id="two-of-three"),
+        pytest.param({"replicaCount": 3, "podDisruptionBudget": {"minAvailable": "50%"}}, id="half-of-three-rounds-to-two"),
+        pytest.param({"replicaCount": 1, "podDisruptionBudget": {"minAvailable": 1}}, id="single-replica-trade-off"),
+    ],
+)
+def test_a_budget_that_still_allows_an_eviction_renders(values):
+    # The disruption controller allows an eviction while fewer than all replicas must stay
+    # up; one replica of one is the documented single-replica trade-off (NOTES warns).
+    docs = render_raw(values)
+    assert docs
 
 
 def test_webhook_url_renders_objects_the_api_server_accepts_and_lints_clean():
