@@ -674,6 +674,20 @@ def test_impossible_combinations_fail_the_render(values, expected):
     assert expected in str(refusal.value)
 
 
+def test_cert_manager_certificates_fit_its_common_name_limit_with_the_longest_names():
+    # cert-manager refuses a commonName over 64 characters: a release and namespace of 63
+    # each made the serving certificate's <service>.<namespace>.svc far longer, and failed
+    # helm install. The serving certificate names DNS names only.
+    docs = render({"tls": {"mode": "certManager"}}, name="r" * 53, namespace="n" * 63)
+    certificates = [d for d in docs if d["kind"] == "Certificate"]
+    assert len(certificates) == 2, certificates
+    for certificate in certificates:
+        assert len(certificate["spec"].get("commonName", "")) <= 64, certificate["spec"]
+    serving = [c for c in certificates if not c["spec"].get("isCA")]
+    assert len(serving) == 1 and "commonName" not in serving[0]["spec"], serving
+    assert serving[0]["spec"]["dnsNames"], serving
+
+
 @pytest.mark.parametrize(
     "values",
     [
