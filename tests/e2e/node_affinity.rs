@@ -21,6 +21,13 @@ fn namespace(suite: &Suite, name: &str) {
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// kube-scheduler running.
+fn scheduler(suite: &Suite) {
+    suite
+        .block_on(suite.plane.ensure_scheduler())
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
 /// podmend installed, and a namespace and a node of this name (with `taints`, as
 /// [`create_node`] takes them) that podmend's caches hold.
 fn namespace_and_node(suite: &Suite, name: &str, taints: &str) {
@@ -42,11 +49,25 @@ fn pinned_pod(namespace: &str, name: &str, node: &str, extra: Value) -> Value {
            "spec": spec})
 }
 
+/// `attempt`'s value once it gives one, polling every 200 ms; fails after `within` with the
+/// last reason it gave.
+fn poll<T>(within: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match attempt() {
+            Ok(value) => return value,
+            Err(why) if Instant::now() >= deadline => {
+                panic!("not within {} s: {why}", within.as_secs())
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
 /// Waits until a server-side dry run of `pod` (through podmend) prints what `done` wants:
 /// podmend's caches follow the API server a moment behind, and a test must not race them.
 fn dry_run_until(suite: &Suite, pod: &Value, done: impl Fn(&str) -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    poll(Duration::from_secs(30), || {
         let output = kubectl_stdin_output(suite, &["create", "--dry-run=server", "-f", "-"], pod);
         let text = format!(
             "{}{}",
@@ -54,14 +75,13 @@ fn dry_run_until(suite: &Suite, pod: &Value, done: impl Fn(&str) -> bool) {
             String::from_utf8_lossy(&output.stderr)
         );
         if done(&text) {
-            return;
+            Ok(())
+        } else {
+            Err(format!(
+                "podmend never answered as expected for {pod}: {text}"
+            ))
         }
-        assert!(
-            Instant::now() < deadline,
-            "podmend never answered as expected for {pod}: {text}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 /// Waits until podmend's Node cache holds `node` (a dry run no longer says it is not known).
@@ -96,8 +116,8 @@ fn assert_stored_as_created(pod: &Value, node: &str) {
 
 /// The events of `reason` about pod `name` once one exists (60 s at most).
 fn wait_for_event(suite: &Suite, namespace: &str, name: &str, reason: &str) -> Vec<Value> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    let selector = format!("involvedObject.name={name},reason={reason}");
+    poll(Duration::from_secs(60), || {
         let events = kubectl_json(
             suite,
             &[
@@ -106,37 +126,30 @@ fn wait_for_event(suite: &Suite, namespace: &str, name: &str, reason: &str) -> V
                 "-n",
                 namespace,
                 "--field-selector",
-                &format!("involvedObject.name={name},reason={reason}"),
+                &selector,
                 "-o",
                 "json",
             ],
         );
         let items = events["items"].as_array().cloned().unwrap_or_default();
-        if !items.is_empty() {
-            return items;
+        if items.is_empty() {
+            Err(format!("no {reason} event for {name}"))
+        } else {
+            Ok(items)
         }
-        assert!(
-            Instant::now() < deadline,
-            "no {reason} event for {name} within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 /// The pod once kube-scheduler bound it (60 s at most).
 fn wait_until_bound(suite: &Suite, namespace: &str, name: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    poll(Duration::from_secs(60), || {
         let pod = stored(suite, namespace, name);
         if pod["spec"]["nodeName"].is_string() {
-            return pod;
+            Ok(pod)
+        } else {
+            Err(format!("{name} was not bound: {pod}"))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{name} was not bound within 60 s: {pod}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    })
 }
 
 pub fn a_pod_pinned_to_a_node_the_cluster_does_not_have_is_stored_as_created_and_kubectl_says_why(
@@ -219,17 +232,12 @@ pub fn an_offline_audit_reports_a_pinned_pod_without_a_patch_until_given_a_clust
 pub fn a_node_under_pressure_is_never_tolerated_so_the_pod_waits_pending_instead_of_being_evicted(
     suite: &Suite,
 ) {
-    ensure_installed(suite);
-    suite
-        .block_on(suite.plane.ensure_scheduler())
-        .unwrap_or_else(|e| panic!("{e}"));
-    namespace(suite, "na-pressure");
-    create_node(
+    scheduler(suite);
+    namespace_and_node(
         suite,
         "na-pressure",
         "dedicated=ci:NoSchedule,node.kubernetes.io/disk-pressure:NoSchedule",
     );
-    wait_until_podmend_knows(suite, "na-pressure", "na-pressure");
     kubectl_stdin(
         suite,
         &["create", "-f", "-"],
@@ -313,13 +321,8 @@ pub fn a_gated_pod_with_a_node_name_gets_the_api_servers_own_refusal(suite: &Sui
 pub fn a_pinned_pod_with_a_priority_class_is_rewritten_bound_and_told_it_may_preempt(
     suite: &Suite,
 ) {
-    ensure_installed(suite);
-    suite
-        .block_on(suite.plane.ensure_scheduler())
-        .unwrap_or_else(|e| panic!("{e}"));
-    namespace(suite, "na-priority");
-    create_node(suite, "na-priority", "");
-    wait_until_podmend_knows(suite, "na-priority", "na-priority");
+    scheduler(suite);
+    namespace_and_node(suite, "na-priority", "");
     kubectl_stdin(
         suite,
         &["create", "-f", "-"],
@@ -348,9 +351,7 @@ pub fn a_pinned_pod_with_a_priority_class_is_rewritten_bound_and_told_it_may_pre
 
 pub fn a_toleration_the_namespace_whitelist_would_refuse_is_never_added(suite: &Suite) {
     ensure_installed(suite);
-    suite
-        .block_on(suite.plane.ensure_scheduler())
-        .unwrap_or_else(|e| panic!("{e}"));
+    scheduler(suite);
     create_node(suite, "na-whitelist", "dedicated=ci:NoSchedule");
     let whitelisted = |name: &str, allowed: Value| {
         namespace(suite, name);
