@@ -1,13 +1,17 @@
-//! Policy `collect`: the pod's exited containers are removed the way the kubelet collects
+//! Policy `collect`: the pod's dead containers are removed the way the kubelet collects
 //! dead containers. An exited container the client did not remove stays (its logs, files
 //! and exit code readable) until it has been exited for `--min-age`, or until the pod has
-//! more than `--max-exited` exited containers (the oldest go first). Containers started with
-//! `--rm`, `docker compose` containers (kept until `compose down` or the pod's end) and
-//! never-started ones are not collected here. Removal is without force, so a container
-//! restarted in the meantime is refused by the daemon and kept.
+//! more than `--max-exited` dead containers (the oldest go first). A container created and
+//! never started (`docker create`) is dead from its creation, as the kubelet counts one
+//! (`evictableContainers` in pkg/kubelet/kuberuntime/kuberuntime_gc.go takes every container
+//! not running, aged from its creation time). Containers started with `--rm` and `docker
+//! compose` containers (kept until `compose down` or the pod's end) are not collected here.
+//! Removal is without force, so a container started in the meantime is refused by the
+//! daemon and kept.
 //!
-//! Driven by the daemon's events (`die`, `start`, `destroy` of the pod's containers), with a
-//! full listing after every (re)connection, and a timer for the age limit. [`Ledger`] is the
+//! Driven by the daemon's events (`create`, `die`, `start`, `destroy` of the pod's
+//! containers), with a full listing after every (re)connection, and a timer for the age
+//! limit. [`Ledger`] is the
 //! decision, free of I/O; [`run`] feeds it.
 
 use std::collections::{BTreeMap, HashMap};
@@ -166,7 +170,7 @@ fn apply(ledger: &mut Ledger, event: &Event) {
     }
     let id = event.actor.id.as_str();
     match event.action.as_str() {
-        "die" if collectable(&event.actor.attributes) => {
+        "create" | "die" if collectable(&event.actor.attributes) => {
             let at = u64::try_from(event.time_nano)
                 .ok()
                 .filter(|n| *n > 0)
@@ -187,7 +191,9 @@ async fn resync(
     let mut exited = HashMap::new();
     for container in client.containers_with_label(label).await? {
         let labels = container.labels.clone().unwrap_or_default();
-        if !matches!(container.state.as_str(), "exited" | "dead") || !collectable(&labels) {
+        if !matches!(container.state.as_str(), "created" | "exited" | "dead")
+            || !collectable(&labels)
+        {
             continue;
         }
         let finished = match client.finished_at(&container.id).await {
@@ -351,5 +357,17 @@ mod tests {
         apply(&mut ledger, &event("die", "a", &reap, 8_000_000_000));
         apply(&mut ledger, &event("destroy", "a", &reap, 9));
         assert!(ledger.is_empty());
+    }
+
+    #[test]
+    fn a_created_container_counts_as_dead_from_its_creation_until_it_starts() {
+        let reap = [(REAP_LABEL, "true")];
+        let mut ledger = Ledger::default();
+        apply(&mut ledger, &event("create", "c", &reap, 3_000_000_000));
+        assert_eq!(ledger, self::ledger(&[("c", 3)]));
+        apply(&mut ledger, &event("start", "c", &reap, 4_000_000_000));
+        assert!(ledger.is_empty());
+        apply(&mut ledger, &event("create", "rm", &[], 5));
+        assert!(ledger.is_empty(), "--rm containers are not collected");
     }
 }

@@ -106,6 +106,43 @@ pub struct NetworkSummary {
     pub id: String,
     #[serde(default)]
     pub name: String,
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// `2024-05-01T12:34:56.123456789Z`.
+    #[serde(default)]
+    pub created: String,
+}
+
+impl NetworkSummary {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+/// `GET /volumes`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct VolumeList {
+    #[serde(default)]
+    volumes: Option<Vec<VolumeSummary>>,
+}
+
+/// One entry of `GET /volumes`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct VolumeSummary {
+    pub name: String,
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// `2024-05-01T12:34:56Z`.
+    #[serde(default)]
+    pub created_at: String,
+}
+
+impl VolumeSummary {
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels.as_ref()?.get(key).map(String::as_str)
+    }
 }
 
 /// One image, as `GET /images/json` and `GET /system/df` list them.
@@ -302,6 +339,55 @@ impl DockerClient {
             .await
     }
 
+    /// Every volume carrying `label` (`KEY` or `KEY=VALUE`).
+    pub async fn volumes_with_label(&self, label: &str) -> Result<Vec<VolumeSummary>, DockerError> {
+        let filters = json!({ "label": [label] }).to_string();
+        let list: VolumeList = self
+            .get_json(&format!("/volumes?filters={}", query_escape(&filters)))
+            .await?;
+        Ok(list.volumes.unwrap_or_default())
+    }
+
+    /// Whether a volume named `name` exists.
+    pub async fn volume_exists(&self, name: &str) -> Result<bool, DockerError> {
+        let path = format!("/volumes/{}", query_escape(name));
+        let (status, body) = self.request("GET", &path, None).await?;
+        match status {
+            200..=299 => Ok(true),
+            404 => Ok(false),
+            _ => Err(self.status_error("GET", &path, status, &body)),
+        }
+    }
+
+    /// Creates the volume `name` with `driver` (empty: the daemon's default) and `labels`. A
+    /// volume of that name made in the meantime is left as it is (the daemon answers with it).
+    pub async fn create_volume(
+        &self,
+        name: &str,
+        driver: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), DockerError> {
+        let mut body = json!({ "Name": name, "Labels": labels });
+        if !driver.is_empty() {
+            body["Driver"] = Value::String(driver.to_string());
+        }
+        let path = "/volumes/create";
+        let (status, answer) = self
+            .request("POST", path, Some(body.to_string().as_bytes()))
+            .await?;
+        if (200..300).contains(&status) {
+            Ok(())
+        } else {
+            Err(self.status_error("POST", path, status, &answer))
+        }
+    }
+
+    /// Removes a volume without force; one a container uses is refused and kept.
+    pub async fn remove_volume(&self, name: &str) -> Result<Removal, DockerError> {
+        self.delete(&format!("/volumes/{}", query_escape(name)))
+            .await
+    }
+
     /// Every image carrying `label` (`KEY=VALUE`).
     pub async fn images_with_label(&self, label: &str) -> Result<Vec<ImageSummary>, DockerError> {
         let filters = json!({ "label": [label] }).to_string();
@@ -350,7 +436,7 @@ impl DockerClient {
     /// Follows `GET /events` with `filters` (the Engine API's JSON map of lists).
     pub async fn events(&self, filters: &Value) -> Result<EventStream, DockerError> {
         let path = format!("/events?filters={}", query_escape(&filters.to_string()));
-        let (status, reader, write, length) = self.open("GET", &path).await?;
+        let (status, reader, write, length) = self.open("GET", &path, None).await?;
         if !(200..300).contains(&status) {
             let mut reader = reader;
             let body = match length {
@@ -374,7 +460,7 @@ impl DockerClient {
     }
 
     async fn delete(&self, path: &str) -> Result<Removal, DockerError> {
-        let (status, body) = self.request("DELETE", path).await?;
+        let (status, body) = self.request("DELETE", path, None).await?;
         match status {
             200..=299 => Ok(Removal::Removed),
             404 => Ok(Removal::AlreadyGone),
@@ -386,7 +472,7 @@ impl DockerClient {
     }
 
     async fn expect_ok(&self, method: &'static str, path: &str) -> Result<Vec<u8>, DockerError> {
-        let (status, body) = self.request(method, path).await?;
+        let (status, body) = self.request(method, path, None).await?;
         if (200..300).contains(&status) {
             Ok(body)
         } else {
@@ -398,8 +484,9 @@ impl DockerClient {
         &self,
         method: &'static str,
         path: &str,
+        body: Option<&[u8]>,
     ) -> Result<(u16, Vec<u8>), DockerError> {
-        let (status, mut reader, _write, length) = self.open(method, path).await?;
+        let (status, mut reader, _write, length) = self.open(method, path, body).await?;
         let body = match length {
             BodyLength::Empty => Vec::new(),
             length => reader
@@ -410,12 +497,13 @@ impl DockerClient {
         Ok((status, body))
     }
 
-    /// Sends a request without a body; returns the status, the reader positioned at the
-    /// response body, the write half (kept open for streams) and the body's framing.
+    /// Sends a request (with a JSON `body`, if any); returns the status, the reader positioned
+    /// at the response body, the write half (kept open for streams) and the body's framing.
     async fn open(
         &self,
         method: &'static str,
         path: &str,
+        body: Option<&[u8]>,
     ) -> Result<
         (
             u16,
@@ -434,12 +522,21 @@ impl DockerClient {
                 source,
             })?;
         let (read, mut write) = tokio::io::split(stream);
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: docker\r\nUser-Agent: podmend-guard\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-        );
+        let body = body.unwrap_or_default();
+        let content_type = if body.is_empty() {
+            ""
+        } else {
+            "Content-Type: application/json\r\n"
+        };
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: docker\r\nUser-Agent: podmend-guard\r\nConnection: close\r\n{content_type}Content-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
         let fail = |reason: String| self.exchange_error(method, path, reason);
         write
-            .write_all(request.as_bytes())
+            .write_all(&request)
             .await
             .map_err(|e| fail(e.to_string()))?;
         write.flush().await.map_err(|e| fail(e.to_string()))?;

@@ -101,6 +101,7 @@ pub struct GuardMetrics {
     containers_removed: Family<ReasonLabel, Counter>,
     images_removed: Family<ReasonLabel, Counter>,
     networks_removed: Counter,
+    volumes_removed: Counter,
 }
 
 impl Default for GuardMetrics {
@@ -120,6 +121,7 @@ impl GuardMetrics {
             containers_removed: Family::default(),
             images_removed: Family::default(),
             networks_removed: Counter::default(),
+            volumes_removed: Counter::default(),
         };
         metrics.register();
         for decision in CreateDecision::ALL {
@@ -178,8 +180,13 @@ impl GuardMetrics {
         );
         registry.register(
             "podmend_guard_networks_removed",
-            "Networks the pod created, removed when it ended",
+            "Networks removed: the pod's own when it ended, and by guard reap those whose owner pod is gone",
             self.networks_removed.clone(),
+        );
+        registry.register(
+            "podmend_guard_volumes_removed",
+            "Named volumes removed: the pod's own when it ended, and by guard reap those whose owner pod is gone",
+            self.volumes_removed.clone(),
         );
     }
 
@@ -234,9 +241,14 @@ impl GuardMetrics {
         count(&self.images_removed, &reason.label())
     }
 
-    /// One network removed at the pod's end.
+    /// One network removed.
     pub fn network_removed(&self) {
         self.networks_removed.inc();
+    }
+
+    /// One named volume removed.
+    pub fn volume_removed(&self) {
+        self.volumes_removed.inc();
     }
 
     /// A connection to the daemon that could not be made or broke.
@@ -414,7 +426,11 @@ mod tests {
             ),
             (
                 "podmend_guard_networks_removed_total",
-                "Networks the pod created, removed when it ended.",
+                "Networks removed: the pod's own when it ended, and by guard reap those whose owner pod is gone.",
+            ),
+            (
+                "podmend_guard_volumes_removed_total",
+                "Named volumes removed: the pod's own when it ended, and by guard reap those whose owner pod is gone.",
             ),
         ];
         let text = GuardMetrics::new().render();
@@ -435,7 +451,7 @@ mod tests {
         // Every series is there from the start.
         assert_eq!(
             text.lines().filter(|l| l.ends_with(" 0")).count(),
-            7 + 2 + 1 + 1 + 5 + 2 + 1,
+            7 + 2 + 1 + 1 + 5 + 2 + 1 + 1,
             "{text}"
         );
     }

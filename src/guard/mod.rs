@@ -241,8 +241,9 @@ impl Serving {
     }
 }
 
-/// The pod's end: removes every container of the pod, and under `collect` its networks and
-/// the images it made (`recorded`: the references it tagged).
+/// The pod's end: removes every container of the pod (with its anonymous volumes), then its
+/// networks and named volumes once no container uses them, and under `collect` the images
+/// it made (`recorded`: the references it tagged).
 async fn remove_what_the_pod_made(
     client: &DockerClient,
     options: &GuardOptions,
@@ -252,10 +253,12 @@ async fn remove_what_the_pod_made(
     let owner = &options.owner_pod_uid;
     let removed = reap::remove_pod_containers(client, owner, metrics).await?;
     tracing::info!(removed, "removed this pod's containers");
+    let networks = reap::remove_pod_networks(client, owner, metrics).await?;
+    let volumes = reap::remove_pod_volumes(client, owner, metrics).await?;
+    tracing::info!(networks, volumes, "removed this pod's networks and volumes");
     if options.command.policy == Policy::Collect {
-        let networks = reap::remove_pod_networks(client, owner, metrics).await?;
         let images = reap::remove_pod_images(client, owner, recorded, metrics).await?;
-        tracing::info!(networks, images, "removed this pod's networks and images");
+        tracing::info!(images, "removed this pod's images");
     }
     Ok(())
 }

@@ -80,6 +80,18 @@ pub struct GuardVerdict {
     /// An image reference this request gives a name to, which the pod removes when it ends
     /// if the daemon answers with success (policy `collect`: `docker tag`).
     pub records: Option<String>,
+    /// The named volumes a container create binds (`-v NAME:/path`), which the daemon would
+    /// create unlabelled: the guard creates each one that does not exist yet, labelled with
+    /// the owner pod, before it forwards the create.
+    pub volumes: Vec<NamedVolume>,
+}
+
+/// A named volume a container create binds, and the driver the daemon would create it with
+/// (`HostConfig.VolumeDriver`; empty: the daemon's default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedVolume {
+    pub name: String,
+    pub driver: String,
 }
 
 /// What the proxy does with a request before the daemon sees it.
@@ -227,6 +239,8 @@ pub enum RequestKind {
     ContainerCreate,
     /// `POST /networks/create`.
     NetworkCreate,
+    /// `POST /volumes/create`.
+    VolumeCreate,
     /// `POST /build` (the classic builder, or BuildKit through the daemon's session).
     Build,
     /// `POST /swarm/init`, `/swarm/join`, `/services/create`, `/services/{id}/update`.
@@ -240,9 +254,10 @@ pub enum RequestKind {
 }
 
 impl RequestKind {
-    pub const ALL: [RequestKind; 7] = [
+    pub const ALL: [RequestKind; 8] = [
         RequestKind::ContainerCreate,
         RequestKind::NetworkCreate,
+        RequestKind::VolumeCreate,
         RequestKind::Build,
         RequestKind::Swarm,
         RequestKind::ImageTag,
@@ -265,6 +280,7 @@ pub fn classify(method: &str, target: &str) -> RequestKind {
     let path = normalise_path(target);
     match path.as_str() {
         "/networks/create" => RequestKind::NetworkCreate,
+        "/volumes/create" => RequestKind::VolumeCreate,
         "/build" => RequestKind::Build,
         "/commit" => RequestKind::Commit,
         _ if path.starts_with("/images/") && path.ends_with("/tag") && path.len() > 12 => {
@@ -287,8 +303,8 @@ pub struct GuardRequest<'a> {
 
 /// The guard's verdict on one request under `policy` for the pod `owner`, the whole policy
 /// table in one place. `shutting_down` says the pod's clean-up has begun: creates are
-/// refused from then on. A container create (and under `collect` a network create) is
-/// judged on its body: asked without it, the answer is [`Action::ReadBody`].
+/// refused from then on. Container, network and volume creates are judged on their body:
+/// asked without it, the answer is [`Action::ReadBody`].
 pub fn verdict(
     policy: Policy,
     owner: &str,
@@ -301,17 +317,18 @@ pub fn verdict(
         action,
         create: None,
         records: None,
+        volumes: Vec::new(),
     };
     let target = request.target;
     match kind {
-        RequestKind::ContainerCreate | RequestKind::NetworkCreate if judges_body(policy, kind) => {
+        RequestKind::ContainerCreate | RequestKind::NetworkCreate | RequestKind::VolumeCreate => {
             match request.body {
                 _ if shutting_down => verdict(Action::Refuse(Refusal::ShuttingDown)),
                 None => verdict(Action::ReadBody),
                 Some(body) if kind == RequestKind::ContainerCreate => {
                     judge_container_create(policy, owner, target, body)
                 }
-                Some(body) => verdict(judge_network_create(owner, body)),
+                Some(body) => verdict(judge_labelled_create(kind, owner, body)),
             }
         }
         RequestKind::Swarm if enforces_removal(policy) => verdict(Action::Refuse(Refusal::Swarm)),
@@ -332,16 +349,6 @@ pub fn verdict(
             ..verdict(Action::Forward)
         },
         _ => verdict(Action::Forward),
-    }
-}
-
-/// Whether requests of `kind` are judged on their body under `policy`: container creates
-/// always, network creates under `collect` (which labels them).
-fn judges_body(policy: Policy, kind: RequestKind) -> bool {
-    match kind {
-        RequestKind::ContainerCreate => true,
-        RequestKind::NetworkCreate => policy == Policy::Collect,
-        _ => false,
     }
 }
 
@@ -555,20 +562,20 @@ fn query_name(target: &str) -> Option<String> {
 /// The verdict on a container create's `body`: the owner label added, `AutoRemove` set or
 /// the reap label added as the policy says, or refused.
 fn judge_container_create(policy: Policy, owner: &str, target: &str, body: &[u8]) -> GuardVerdict {
-    let (action, create) = match decide_create(policy, owner, body) {
-        Ok((mut create, sent)) => {
+    let (action, create, volumes) = match decide_create(policy, owner, body) {
+        Ok((mut create, sent, volumes)) => {
             create.name = query_name(target);
-            let action = match sent {
-                Some(body) => Action::RewriteBody(body),
-                None => Action::Refuse(Refusal::NoRm),
-            };
-            (action, Some(create))
+            match sent {
+                Some(body) => (Action::RewriteBody(body), Some(create), volumes),
+                None => (Action::Refuse(Refusal::NoRm), Some(create), Vec::new()),
+            }
         }
         Err(message) => (
             Action::Refuse(Refusal::Unjudgeable(format!(
                 "podmend guard: cannot judge the container create request: {message}"
             ))),
             None,
+            Vec::new(),
         ),
     };
     GuardVerdict {
@@ -576,22 +583,28 @@ fn judge_container_create(policy: Policy, owner: &str, target: &str, body: &[u8]
         action,
         create,
         records: None,
+        volumes,
     }
 }
 
-/// The action for a network create's `body` under `collect`: the owner label added.
-fn judge_network_create(owner: &str, body: &[u8]) -> Action {
-    match label_network(owner, body) {
+/// The action for a network or volume create's `body`: the owner label added.
+fn judge_labelled_create(kind: RequestKind, owner: &str, body: &[u8]) -> Action {
+    let what = if kind == RequestKind::VolumeCreate {
+        "volume"
+    } else {
+        "network"
+    };
+    match label_object(owner, body) {
         Ok(body) => Action::RewriteBody(body),
         Err(message) => Action::Refuse(Refusal::Unjudgeable(format!(
-            "podmend guard: cannot judge the network create request: {message}"
+            "podmend guard: cannot judge the {what} create request: {message}"
         ))),
     }
 }
 
-/// A network create body with the owner label added (the client's labels kept, a forged
-/// owner label overwritten).
-fn label_network(owner: &str, body: &[u8]) -> Result<Vec<u8>, String> {
+/// A network or volume create body with the owner label added (the client's labels kept, a
+/// forged owner label overwritten).
+fn label_object(owner: &str, body: &[u8]) -> Result<Vec<u8>, String> {
     let mut config = json_object(body)?;
     canonicalise(&mut config, "Labels")?;
     let mut labels = labels_of(&config)?;
@@ -655,13 +668,12 @@ fn create_decision(policy: Policy, facts: &CreateFacts) -> Option<(CreateDecisio
     })
 }
 
-/// Judges a container create body under `policy`: the verdict, and the body to send
-/// (`None` when refused).
-fn decide_create(
-    policy: Policy,
-    owner: &str,
-    body: &[u8],
-) -> Result<(CreateVerdict, Option<Vec<u8>>), String> {
+/// A judged container create: the verdict, the body to send (`None` when refused), and the
+/// named volumes its binds would have the daemon create.
+type DecidedCreate = (CreateVerdict, Option<Vec<u8>>, Vec<NamedVolume>);
+
+/// Judges a container create body under `policy`.
+fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<DecidedCreate, String> {
     let mut config = json_object(body)?;
     let facts = read_create(&mut config)?;
     let verdict = |decision, set_auto_remove| CreateVerdict {
@@ -671,10 +683,89 @@ fn decide_create(
         image: facts.image.clone(),
     };
     let Some((decision, set_auto_remove, reap)) = create_decision(policy, &facts) else {
-        return Ok((verdict(CreateDecision::Deny, false), None));
+        return Ok((verdict(CreateDecision::Deny, false), None, Vec::new()));
     };
+    let volumes = bound_volumes(&mut config)?;
     let sent = rewrite_create(config, owner, set_auto_remove, reap)?;
-    Ok((verdict(decision, set_auto_remove), Some(sent)))
+    Ok((verdict(decision, set_auto_remove), Some(sent), volumes))
+}
+
+/// The named volumes of `HostConfig.Binds` (`NAME:/path[:options]`: a source that is not an
+/// absolute path names a volume, as dockerd's Linux mount parser reads it), with the
+/// `HostConfig.VolumeDriver` the daemon would create them with. `HostConfig.Mounts` of type
+/// `volume` carry their own labels instead ([`label_volume_mounts`]).
+fn bound_volumes(config: &mut Map<String, Value>) -> Result<Vec<NamedVolume>, String> {
+    let Some(Value::Object(host)) = config.get_mut("HostConfig") else {
+        return Ok(Vec::new());
+    };
+    canonicalise(host, "Binds")?;
+    canonicalise(host, "VolumeDriver")?;
+    let driver = host
+        .get("VolumeDriver")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let binds = match host.get("Binds") {
+        Some(Value::Array(binds)) => binds,
+        _ => return Ok(Vec::new()),
+    };
+    let mut volumes: Vec<NamedVolume> = Vec::new();
+    for bind in binds.iter().filter_map(Value::as_str) {
+        let Some((source, _)) = bind.split_once(':') else {
+            continue;
+        };
+        if source.is_empty() || source.starts_with('/') {
+            continue;
+        }
+        if volumes.iter().all(|v| v.name != source) {
+            volumes.push(NamedVolume {
+                name: source.to_string(),
+                driver: driver.clone(),
+            });
+        }
+    }
+    Ok(volumes)
+}
+
+/// Adds the owner label to the `VolumeOptions.Labels` of every `HostConfig.Mounts` entry of
+/// type `volume` with a name (`--mount type=volume,src=NAME,...`, buildx's builder state):
+/// dockerd creates a volume that does not exist yet with those labels, and leaves an
+/// existing one as it is.
+fn label_volume_mounts(config: &mut Map<String, Value>, owner: &str) -> Result<(), String> {
+    let Some(Value::Object(host)) = config.get_mut("HostConfig") else {
+        return Ok(());
+    };
+    canonicalise(host, "Mounts")?;
+    let Some(Value::Array(mounts)) = host.get_mut("Mounts") else {
+        return Ok(());
+    };
+    for mount in mounts.iter_mut().filter_map(Value::as_object_mut) {
+        canonicalise(mount, "Type")?;
+        canonicalise(mount, "Source")?;
+        let is_named_volume = mount.get("Type").and_then(Value::as_str) == Some("volume")
+            && mount
+                .get("Source")
+                .and_then(Value::as_str)
+                .is_some_and(|source| !source.is_empty());
+        if !is_named_volume {
+            continue;
+        }
+        canonicalise(mount, "VolumeOptions")?;
+        let options = mount
+            .entry("VolumeOptions")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if options.is_null() {
+            *options = Value::Object(Map::new());
+        }
+        let Some(options) = options.as_object_mut() else {
+            return Err("a mount's VolumeOptions is not a JSON object".to_string());
+        };
+        canonicalise(options, "Labels")?;
+        let mut labels = labels_of(options)?;
+        labels.insert(OWNER_LABEL.to_string(), Value::String(owner.to_string()));
+        options.insert("Labels".to_string(), Value::Object(labels));
+    }
+    Ok(())
 }
 
 /// Reads what the policy judges from a create body, renaming each judged field to its
@@ -740,6 +831,7 @@ fn rewrite_create(
             host.insert("AutoRemove".to_string(), Value::Bool(true));
         }
     }
+    label_volume_mounts(&mut config, owner)?;
     let mut labels = labels_of(&config)?;
     labels.insert(OWNER_LABEL.to_string(), Value::String(owner.to_string()));
     if reap {
@@ -1258,6 +1350,7 @@ mod tests {
         match kind {
             RequestKind::ContainerCreate => ("POST", "/v1.41/containers/create?name=x"),
             RequestKind::NetworkCreate => ("POST", "/v1.41/networks/create"),
+            RequestKind::VolumeCreate => ("POST", "/v1.41/volumes/create"),
             RequestKind::Build => (
                 "POST",
                 "/v1.41/build?t=app%3A1&labels=%7B%22a%22%3A%22b%22%7D",
@@ -1304,9 +1397,7 @@ mod tests {
         // (policy, kind) -> (action, recorded reference)
         let expected = |policy: Policy, kind: RequestKind| -> (Action, Option<&str>) {
             match (policy, kind) {
-                (_, ContainerCreate) => (ReadBody, None),
-                (Policy::Collect, NetworkCreate) => (ReadBody, None),
-                (_, NetworkCreate) => (Forward, None),
+                (_, ContainerCreate | NetworkCreate | VolumeCreate) => (ReadBody, None),
                 (Policy::Collect, Build) => (RewriteTarget(labelled_build.clone()), None),
                 (Policy::Audit, Build) => (Forward, None),
                 (_, Build) => (RewriteTarget(plain_build.to_string()), None),
@@ -1350,7 +1441,7 @@ mod tests {
         let create = json!({"Image": "busybox"}).to_string();
         let network = json!({"Name": "ci"}).to_string();
         for policy in Policy::ALL {
-            for kind in [ContainerCreate, NetworkCreate] {
+            for kind in [ContainerCreate, NetworkCreate, VolumeCreate] {
                 if verdict_on(policy, kind, false, false).action != Action::ReadBody {
                     continue;
                 }
@@ -1381,6 +1472,58 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_create_names_the_volumes_its_binds_would_create_and_labels_its_volume_mounts() {
+        let body = json!({
+            "Image": "busybox",
+            "HostConfig": {
+                "binds": ["cache:/cache:ro", "/host:/host", "cache:/again", "data:/data"],
+                "VolumeDriver": "local",
+                "Mounts": [
+                    {"Type": "volume", "Source": "state", "Target": "/state",
+                     "VolumeOptions": {"Labels": {"team": "ci"}}},
+                    {"Type": "volume", "Target": "/anonymous"},
+                    {"Type": "bind", "Source": "/etc", "Target": "/etc2"},
+                ],
+            },
+        });
+        let judged = judge(
+            Policy::Collect,
+            "POST",
+            "/containers/create",
+            body.to_string().as_bytes(),
+        );
+        let named = |name: &str| NamedVolume {
+            name: name.to_string(),
+            driver: "local".to_string(),
+        };
+        assert_eq!(judged.volumes, vec![named("cache"), named("data")]);
+        let Action::RewriteBody(sent) = judged.action else {
+            panic!("{judged:?}");
+        };
+        let sent: Value = serde_json::from_slice(&sent).unwrap();
+        let mounts = &sent["HostConfig"]["Mounts"];
+        assert_eq!(
+            mounts[0]["VolumeOptions"]["Labels"],
+            json!({"team": "ci", OWNER_LABEL: UID})
+        );
+        assert_eq!(
+            mounts[1].get("VolumeOptions"),
+            None,
+            "anonymous: goes with its container"
+        );
+        assert_eq!(mounts[2].get("VolumeOptions"), None, "a bind is no volume");
+        // Refused creates make no volume.
+        let refused = judge(
+            Policy::Deny,
+            "POST",
+            "/containers/create",
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(refused.action, Action::Refuse(Refusal::NoRm));
+        assert!(refused.volumes.is_empty());
     }
 
     #[test]
@@ -1470,28 +1613,24 @@ mod tests {
     }
 
     #[test]
-    fn network_creates_get_the_owner_label_under_collect_only() {
+    fn network_and_volume_creates_get_the_owner_label_under_every_policy() {
         let body =
             br#"{"Name":"ci","labels":{"a":"b","podmend.io/owner-pod":"x"},"Driver":"bridge"}"#;
-        let Action::RewriteBody(sent) =
-            judge(Policy::Collect, "POST", "/v1.41/networks/create", body).action
-        else {
-            panic!("not labelled");
-        };
-        let sent: Value = serde_json::from_slice(&sent).unwrap();
-        assert_eq!(
-            sent,
-            json!({"Name": "ci", "Labels": {"a": "b", OWNER_LABEL: UID}, "Driver": "bridge"})
-        );
-        for policy in [Policy::Rm, Policy::Deny, Policy::Reap, Policy::Audit] {
-            assert_eq!(
-                judge(policy, "POST", "/networks/create", body).action,
-                Action::Forward
-            );
+        for policy in Policy::ALL {
+            for target in ["/v1.41/networks/create", "/volumes/create"] {
+                let Action::RewriteBody(sent) = judge(policy, "POST", target, body).action else {
+                    panic!("{policy} {target}: not labelled");
+                };
+                let sent: Value = serde_json::from_slice(&sent).unwrap();
+                assert_eq!(
+                    sent,
+                    json!({"Name": "ci", "Labels": {"a": "b", OWNER_LABEL: UID}, "Driver": "bridge"})
+                );
+                assert!(matches!(
+                    judge(policy, "POST", target, b"[]").action,
+                    Action::Refuse(Refusal::Unjudgeable(_))
+                ));
+            }
         }
-        assert!(matches!(
-            judge(Policy::Collect, "POST", "/networks/create", b"[]").action,
-            Action::Refuse(Refusal::Unjudgeable(_))
-        ));
     }
 }

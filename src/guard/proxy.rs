@@ -40,13 +40,15 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadHalf, WriteHalf};
 use tokio::sync::Notify;
 
+use super::docker::DockerClient;
 use super::http::{
     BodyLength, CopyError, FramingError, HeadReadError, ReadBodyError, Reader, RequestHead,
     ResponseHead,
 };
 use super::metrics::GuardMetrics;
 use super::policy::{
-    self, Action, GuardRequest, GuardVerdict, MAX_CREATE_BODY, Policy, Refusal, RequestKind,
+    self, Action, GuardRequest, GuardVerdict, MAX_CREATE_BODY, NamedVolume, OWNER_LABEL, Policy,
+    Refusal, RequestKind,
 };
 use super::upstream::{BoxStream, DaemonUpstream};
 
@@ -329,7 +331,10 @@ async fn judge(
         }
         Action::Forward | Action::ReadBody => {}
         Action::RewriteTarget(target) => request.target = target,
-        Action::RewriteBody(rewritten) => body = Some(rewritten),
+        Action::RewriteBody(rewritten) => {
+            create_bound_volumes(shared, &verdict.volumes).await;
+            body = Some(rewritten);
+        }
     }
     if let Some(body) = &body {
         request.set_content_length(body.len());
@@ -338,6 +343,40 @@ async fn judge(
         body,
         records: verdict.records,
     })
+}
+
+/// Creates, labelled with the owner pod, each named volume a container create binds that
+/// does not exist yet, so that the pod's end and the reaper find it; the daemon would
+/// otherwise create it unlabelled. A volume that exists is not the pod's and is left alone.
+/// A failure is logged and the create goes on: the daemon then makes the volume itself, as
+/// without the guard.
+async fn create_bound_volumes(shared: &Shared, volumes: &[NamedVolume]) {
+    if volumes.is_empty() {
+        return;
+    }
+    let client = DockerClient::new(shared.upstream.clone());
+    let labels = [(OWNER_LABEL.to_string(), shared.owner_pod_uid.clone())].into();
+    for volume in volumes {
+        let created = match client.volume_exists(&volume.name).await {
+            Ok(true) => continue,
+            Ok(false) => {
+                client
+                    .create_volume(&volume.name, &volume.driver, &labels)
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        match created {
+            Ok(()) => {
+                tracing::info!(volume = %volume.name, "created a named volume of this pod, labelled")
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                volume = %volume.name,
+                "cannot create a named volume ahead of the container create; the daemon creates it unlabelled"
+            ),
+        }
+    }
 }
 
 /// Reads a body the policy judges (answering `100 Continue` first when the client waits for
@@ -389,8 +428,8 @@ fn observe(shared: &Shared, target: &str, verdict: &GuardVerdict) {
         (_, Action::RewriteTarget(to)) => {
             tracing::debug!(from = %target, to = %to, "request relayed with a new target");
         }
-        (RequestKind::NetworkCreate, Action::RewriteBody(_)) => {
-            tracing::info!(path = %target, "network create labelled");
+        (RequestKind::NetworkCreate | RequestKind::VolumeCreate, Action::RewriteBody(_)) => {
+            tracing::info!(path = %target, "network or volume create labelled");
         }
         (_, Action::Refuse(Refusal::Unjudgeable(message))) => {
             tracing::info!(path = %target, %message, "create refused");

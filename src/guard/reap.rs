@@ -13,7 +13,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 
-use super::docker::{ContainerSummary, DockerClient, DockerError, ImageSummary, Removal};
+use super::docker::{
+    ContainerSummary, DockerClient, DockerError, ImageSummary, NetworkSummary, Removal,
+    VolumeSummary, parse_rfc3339,
+};
 use super::metrics::{GuardMetrics, Reason};
 use super::policy::{IMAGE_OWNER_LABEL, OWNER_LABEL};
 use crate::cluster::watch::{self, Lookups};
@@ -112,6 +115,34 @@ pub async fn remove_pod_networks(
             }
             Err(error) => {
                 tracing::warn!(%error, name = %network.name, "cannot remove a network of this pod")
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Removes every volume labelled with the pod (after its containers: a volume a container
+/// uses is refused and kept). Returns how many it removed.
+pub async fn remove_pod_volumes(
+    client: &DockerClient,
+    owner_pod_uid: &str,
+    metrics: &GuardMetrics,
+) -> Result<u64, DockerError> {
+    let label = format!("{OWNER_LABEL}={owner_pod_uid}");
+    let mut removed = 0;
+    for volume in client.volumes_with_label(&label).await? {
+        match client.remove_volume(&volume.name).await {
+            Ok(Removal::Removed) => {
+                removed += 1;
+                metrics.volume_removed();
+                tracing::info!(name = %volume.name, "removed a volume of this pod");
+            }
+            Ok(Removal::AlreadyGone) => {}
+            Ok(Removal::InUse) => {
+                tracing::info!(name = %volume.name, "kept a volume of this pod: containers of others use it")
+            }
+            Err(error) => {
+                tracing::warn!(%error, name = %volume.name, "cannot remove a volume of this pod")
             }
         }
     }
@@ -226,13 +257,19 @@ pub struct ReapReport {
     pub kept: usize,
     /// Images removed by the budget (or that would be).
     pub images_removed: usize,
+    /// Labelled networks and named volumes removed (or that would be).
+    pub networks_removed: usize,
+    pub volumes_removed: usize,
 }
 
 /// A container `guard reap` removes, and why.
 type Doomed = (ContainerSummary, String);
 
-/// `podmend guard reap`, one pass: prints one line per container it removes (or, with
-/// `dry_run`, would remove) to `out`.
+/// `podmend guard reap`, one pass: prints one line per container, network and named volume
+/// it removes (or, with `dry_run`, would remove) to `out`. Networks and volumes go after the
+/// containers, when their owner pod is gone (or, with `--older-than`, when no container of
+/// their owner is left and they were created that long ago); one still in use is refused by
+/// the daemon and kept.
 pub async fn reap(
     client: &DockerClient,
     mode: &ReapMode,
@@ -240,24 +277,52 @@ pub async fn reap(
     out: &mut dyn Write,
     metrics: &GuardMetrics,
 ) -> Result<ReapReport, ReapError> {
-    // Containers first, pods second: a container listed before the pods were is never
-    // mistaken for an orphan because its pod was created in between.
+    // Containers (and networks and volumes) first, pods second: one listed before the pods
+    // were is never mistaken for an orphan because its pod was created in between.
     let containers = client.containers_with_label(OWNER_LABEL).await?;
-    let (doomed, kept, reason) = match mode {
+    let leftovers = Leftovers::list(client).await?;
+    let (doomed, kept, reason, gone) = match mode {
         ReapMode::OwnerGone { kubeconfig, node } => {
             let pods = live_pod_uids(kubeconfig.as_deref(), node.as_deref()).await?;
             let (doomed, kept) = orphans(containers, &pods);
-            (doomed, kept, Reason::OwnerGone)
+            let gone = leftovers.owner_gone(&pods);
+            (doomed, kept, Reason::OwnerGone, gone)
         }
         ReapMode::StoppedFor(age) => {
+            let mut left: HashMap<String, usize> = HashMap::new();
+            for owner in containers.iter().filter_map(|c| c.label(OWNER_LABEL)) {
+                *left.entry(owner.to_string()).or_default() += 1;
+            }
             let (doomed, kept) = stopped_for(client, containers, *age).await?;
-            (doomed, kept, Reason::OlderThan)
+            for owner in doomed.iter().filter_map(|(c, _)| c.label(OWNER_LABEL)) {
+                if let Some(count) = left.get_mut(owner) {
+                    *count -= 1;
+                }
+            }
+            left.retain(|_, count| *count > 0);
+            let gone = leftovers.unused_for(&left, *age, unix_now());
+            (doomed, kept, Reason::OlderThan, gone)
         }
     };
     let mut report = ReapReport {
         kept,
         ..ReapReport::default()
     };
+    remove_containers(client, doomed, reason, dry_run, out, metrics, &mut report).await?;
+    remove_leftovers(client, gone, dry_run, out, metrics, &mut report).await?;
+    Ok(report)
+}
+
+/// Removes the doomed containers, one line each on `out`.
+async fn remove_containers(
+    client: &DockerClient,
+    doomed: Vec<Doomed>,
+    reason: Reason,
+    dry_run: bool,
+    out: &mut dyn Write,
+    metrics: &GuardMetrics,
+    report: &mut ReapReport,
+) -> Result<(), ReapError> {
     for (container, why) in doomed {
         let owner = container.label(OWNER_LABEL).unwrap_or_default();
         let name = match container.name() {
@@ -285,7 +350,136 @@ pub async fn reap(
             }
         }
     }
-    Ok(report)
+    Ok(())
+}
+
+/// The networks and named volumes guards labelled with their owner pod, as listed at the
+/// start of a pass.
+struct Leftovers {
+    networks: Vec<NetworkSummary>,
+    volumes: Vec<VolumeSummary>,
+}
+
+/// A network or named volume `guard reap` removes, and why.
+enum Leftover {
+    Network(NetworkSummary, String),
+    Volume(VolumeSummary, String),
+}
+
+impl Leftovers {
+    async fn list(client: &DockerClient) -> Result<Self, DockerError> {
+        Ok(Self {
+            networks: client.networks_with_label(OWNER_LABEL).await?,
+            volumes: client.volumes_with_label(OWNER_LABEL).await?,
+        })
+    }
+
+    /// Those whose owner is not among the live `pods`. A blank owner is never a guard's.
+    fn owner_gone(self, pods: &HashSet<String>) -> Vec<Leftover> {
+        let why = || "its owner pod no longer exists".to_string();
+        let gone = |owner: Option<&str>| owner.is_some_and(|o| !o.is_empty() && !pods.contains(o));
+        let networks = self
+            .networks
+            .into_iter()
+            .filter(|n| gone(n.label(OWNER_LABEL)));
+        let volumes = self
+            .volumes
+            .into_iter()
+            .filter(|v| gone(v.label(OWNER_LABEL)));
+        networks
+            .map(|n| Leftover::Network(n, why()))
+            .chain(volumes.map(|v| Leftover::Volume(v, why())))
+            .collect()
+    }
+
+    /// Those whose owner has no container left (`left` counts the owners that do) and that
+    /// were created at least `age` before `now` (unix seconds).
+    fn unused_for(self, left: &HashMap<String, usize>, age: Duration, now: i64) -> Vec<Leftover> {
+        let old = |owner: Option<&str>, created: &str| {
+            let owner = owner.unwrap_or_default();
+            let created = parse_rfc3339(created).unwrap_or(now);
+            !owner.is_empty()
+                && !left.contains_key(owner)
+                && now.saturating_sub(created) >= age.as_secs() as i64
+        };
+        let why = || {
+            format!(
+                "no container of its owner pod is left, created {} ago or more",
+                format_duration(age)
+            )
+        };
+        let networks = self
+            .networks
+            .into_iter()
+            .filter(|n| old(n.label(OWNER_LABEL), &n.created));
+        let volumes = self
+            .volumes
+            .into_iter()
+            .filter(|v| old(v.label(OWNER_LABEL), &v.created_at));
+        networks
+            .map(|n| Leftover::Network(n, why()))
+            .chain(volumes.map(|v| Leftover::Volume(v, why())))
+            .collect()
+    }
+}
+
+/// Removes the doomed networks and volumes without force, one line each on `out`; one in
+/// use is kept and said so.
+async fn remove_leftovers(
+    client: &DockerClient,
+    gone: Vec<Leftover>,
+    dry_run: bool,
+    out: &mut dyn Write,
+    metrics: &GuardMetrics,
+    report: &mut ReapReport,
+) -> Result<(), ReapError> {
+    for leftover in gone {
+        let (kind, name, labels, why) = match &leftover {
+            Leftover::Network(n, why) => ("network", n.name.as_str(), &n.labels, why),
+            Leftover::Volume(v, why) => ("volume", v.name.as_str(), &v.labels, why),
+        };
+        let owner = labels
+            .as_ref()
+            .and_then(|l| l.get(OWNER_LABEL))
+            .map_or("", String::as_str);
+        let describe = format!("{kind} {name} {OWNER_LABEL}={owner} ({why})");
+        if dry_run {
+            writeln!(out, "would remove {describe}").map_err(ReapError::Output)?;
+            count_leftover(&leftover, report);
+            continue;
+        }
+        let removal = match &leftover {
+            Leftover::Network(n, _) => client.remove_network(&n.id).await,
+            Leftover::Volume(v, _) => client.remove_volume(&v.name).await,
+        };
+        match removal {
+            Ok(Removal::Removed) => {
+                writeln!(out, "removed {describe}").map_err(ReapError::Output)?;
+                count_leftover(&leftover, report);
+                match leftover {
+                    Leftover::Network(..) => metrics.network_removed(),
+                    Leftover::Volume(..) => metrics.volume_removed(),
+                }
+            }
+            Ok(Removal::AlreadyGone) => {}
+            Ok(Removal::InUse) => {
+                writeln!(out, "kept {describe}: a container still uses it")
+                    .map_err(ReapError::Output)?;
+            }
+            Err(error) => {
+                writeln!(out, "failed to remove {describe}: {error}").map_err(ReapError::Output)?;
+                report.failed += 1;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn count_leftover(leftover: &Leftover, report: &mut ReapReport) {
+    match leftover {
+        Leftover::Network(..) => report.networks_removed += 1,
+        Leftover::Volume(..) => report.volumes_removed += 1,
+    }
 }
 
 /// The containers whose owner is not among the live `pods`, and how many others are kept.
