@@ -368,6 +368,11 @@ pub struct GuardRunArgs {
     /// an immediate 502, as straight to dockerd.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub upstream_wait: Duration,
+    /// The daemon runs in this pod and only this guard reaches it: when the guard starts, it
+    /// removes the containers, networks and volumes other owners left on it (pods that ran on
+    /// the same persistent /var/lib/docker before and are gone). Images stay.
+    #[arg(long)]
+    pub daemon_in_pod: bool,
     /// Seconds the removal of the pod's containers may take after SIGTERM.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub shutdown_seconds: u64,
@@ -389,6 +394,7 @@ impl GuardRunArgs {
         command.max_exited = self.max_exited;
         command.health_listen = self.metrics_listen;
         command.upstream_wait = self.upstream_wait;
+        command.daemon_in_pod = self.daemon_in_pod;
         Ok(command)
     }
 }

@@ -346,6 +346,10 @@ pub struct GuardCommand {
     /// How long a client request waits for a daemon that has not answered yet since the
     /// guard started (socket missing, port closed, TLS files not written yet).
     pub upstream_wait: Duration,
+    /// The daemon runs in the guard's own pod, reached by nothing but the guard: what other
+    /// owners left on it was left by pods that are gone (its storage outlived them), and the
+    /// guard removes it when it starts.
+    pub daemon_in_pod: bool,
 }
 
 impl GuardCommand {
@@ -362,6 +366,7 @@ impl GuardCommand {
             max_exited: DEFAULT_MAX_EXITED,
             health_listen: None,
             upstream_wait: DEFAULT_UPSTREAM_WAIT,
+            daemon_in_pod: false,
         }
     }
 
@@ -398,6 +403,9 @@ impl GuardCommand {
                 "--upstream-wait={}",
                 format_duration(self.upstream_wait)
             ));
+        }
+        if self.daemon_in_pod {
+            args.push("--daemon-in-pod".to_string());
         }
         args
     }

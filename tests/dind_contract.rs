@@ -72,6 +72,7 @@ fn every_setting() -> Vec<GuardCommand> {
     });
     commands.push(GuardCommand {
         upstream_wait: Duration::from_secs(300),
+        daemon_in_pod: true,
         ..base
     });
     commands
@@ -86,12 +87,15 @@ fn every_guard_command_line_parses_back_to_what_was_written() {
     }
 }
 
+/// The flags that take no value.
+const BARE_FLAGS: [&str; 2] = ["--tls-verify", "--daemon-in-pod"];
+
 #[test]
 fn every_value_is_joined_to_its_flag_so_none_can_read_as_a_flag() {
     for command in every_setting() {
         for arg in command.to_args().iter().skip(1) {
             assert!(
-                arg.starts_with("--") && (arg.contains('=') || arg == "--tls-verify"),
+                arg.starts_with("--") && (arg.contains('=') || BARE_FLAGS.contains(&arg.as_str())),
                 "{arg}"
             );
         }
@@ -170,7 +174,7 @@ fn assert_reads_back(args: &[String], context: &str) {
     assert_eq!(command.to_args(), args, "{context}");
     for arg in args.iter().skip(1) {
         assert!(
-            arg.starts_with("--") && (arg.contains('=') || arg == "--tls-verify"),
+            arg.starts_with("--") && (arg.contains('=') || BARE_FLAGS.contains(&arg.as_str())),
             "{context}: {arg}"
         );
     }

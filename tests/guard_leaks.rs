@@ -253,3 +253,164 @@ fn a_created_container_that_never_starts_is_collected_after_the_minimum_age() {
         Some(1)
     );
 }
+
+#[test]
+fn a_guard_starting_on_its_pods_own_daemon_removes_what_earlier_pods_left_on_its_storage() {
+    // A DinD daemon whose /var/lib/docker outlives its pods (a PVC for the layer cache): the
+    // earlier pod's daemon was stopped before its guard could clean (the kubelet stops a
+    // regular daemon container before the guard sidecar), so its `--restart always`
+    // container comes back with the daemon, and its exited ones stay.
+    let mut daemon = Dockerd::start_with(&[]);
+    let earlier = uid("earlier-pod");
+    let mut guard = Guard::start(&daemon.host(), &earlier, &[]);
+    guard.keep_leftovers();
+    let restarting =
+        ok(guard
+            .docker()
+            .args(RUN)
+            .args(["-d", "--restart", "always", "busybox", "sleep", "300"]));
+    ok(guard
+        .docker()
+        .args(RUN)
+        .args(["--name", &format!("exited-{earlier}"), "busybox", "true"]));
+    ok(guard
+        .docker()
+        .args(["volume", "create", &format!("vol-{earlier}")]));
+    ok(guard
+        .docker()
+        .args(["network", "create", &format!("net-{earlier}")]));
+    let cached = format!("cache-{earlier}:1");
+    ok(guard.docker().args(["tag", "busybox", &cached]));
+    daemon.stop();
+    // The guard is told last: the daemon is gone, nothing can be cleaned.
+    let _ = guard.signal("-TERM");
+    daemon.start_again();
+    wait_until(
+        "the --restart always container runs again with the daemon",
+        Duration::from_secs(20),
+        || {
+            output(
+                daemon
+                    .docker()
+                    .args(["inspect", "-f", "{{.State.Running}}", restarting.trim()]),
+            )
+            .stdout
+            .starts_with(b"true")
+        },
+    );
+    // Someone outside any guard uses the daemon too: not the guard's to touch.
+    let unlabelled =
+        ok(daemon
+            .docker()
+            .args(["create", "--pull=never", "--network=none", "busybox"]));
+
+    let next = uid("next-pod");
+    let metrics = format!("127.0.0.1:{}", free_port());
+    let guard = Guard::start(
+        &daemon.host(),
+        &next,
+        &["--daemon-in-pod", "--metrics-listen", &metrics],
+    );
+    wait_until(
+        "what the earlier pod left is gone",
+        Duration::from_secs(20),
+        || {
+            !exists(&daemon, restarting.trim())
+                && !exists(&daemon, &format!("exited-{earlier}"))
+                && !has(&daemon, "volume", &format!("vol-{earlier}"))
+                && !has(&daemon, "network", &format!("net-{earlier}"))
+        },
+    );
+    assert!(exists(&daemon, unlabelled.trim()), "{}", guard.log());
+    let images = ok(daemon
+        .docker()
+        .args(["images", "--format", "{{.Repository}}:{{.Tag}}"]));
+    assert!(
+        images.lines().any(|i| i == cached),
+        "the layer cache stays: {images}"
+    );
+    assert_eq!(
+        metric(
+            metrics.parse().expect("address"),
+            "podmend_guard_containers_removed_total{reason=\"owner-gone\"}"
+        ),
+        Some(2)
+    );
+    // This pod's own work goes on as always.
+    let echoed = ok(guard
+        .docker()
+        .args(RUN)
+        .args(["--rm", "busybox", "echo", "fine"]));
+    assert_eq!(echoed.trim(), "fine");
+}
+
+#[test]
+fn images_a_buildx_build_writes_through_the_guard_are_removed_when_the_pod_ends() {
+    // Its own daemon: the test lists every image. Docker CLI 28 with buildx runs `docker
+    // build` on the daemon's BuildKit over `POST /grpc`; the guard reads the build's answer.
+    let daemon = Dockerd::start_with(&[]);
+    let uid = uid("buildx");
+    let mut guard = Guard::start(&daemon.host(), &uid, &[]);
+    common::guard::install_buildx(&guard.dir.path().join("cli-config"));
+    let context = guard.dir.path().join("context");
+    std::fs::create_dir_all(&context).expect("context");
+    std::fs::write(
+        context.join("Dockerfile"),
+        format!("FROM busybox\nRUN echo {uid} > /built\nLABEL team=ci\n"),
+    )
+    .expect("Dockerfile");
+    let version = ok(guard.docker().args(["buildx", "version"]));
+    assert!(version.contains("v0."), "{version}");
+    let built = output(
+        guard
+            .docker()
+            .args(["build", "--network=none", "-t", "app:1", "-t", "app:ci"])
+            .arg(&context),
+    );
+    assert!(
+        built.status.success(),
+        "{}{}",
+        text(&built.stderr),
+        guard.log()
+    );
+    // BuildKit, not the classic builder, made it: the guard never saw `POST /build`.
+    assert!(
+        text(&built.stderr).contains("naming to docker.io/library/app:1"),
+        "{}",
+        text(&built.stderr)
+    );
+    // The workload: the image runs.
+    let ran = ok(guard
+        .docker()
+        .args(RUN)
+        .args(["--rm", "app:ci", "cat", "/built"]));
+    assert_eq!(ran.trim(), uid);
+    // An image built straight on the daemon, outside the pod, is not the pod's.
+    let outside = daemon.dir().join("outside");
+    std::fs::create_dir_all(&outside).expect("context");
+    std::fs::write(
+        outside.join("Dockerfile"),
+        "FROM busybox\nLABEL outside=1\n",
+    )
+    .expect("Dockerfile");
+    ok(daemon
+        .docker()
+        .env("DOCKER_BUILDKIT", "0")
+        .args(["build", "-q", "-t", "outside:1"])
+        .arg(&outside));
+
+    assert!(guard.signal("-TERM").success(), "{}", guard.log());
+    let images = ok(daemon
+        .docker()
+        .args(["images", "--format", "{{.Repository}}:{{.Tag}}"]));
+    for gone in ["app:1", "app:ci"] {
+        assert!(
+            !images.lines().any(|i| i == gone),
+            "{gone}: {images}{}",
+            guard.log()
+        );
+    }
+    for kept in ["busybox:latest", "outside:1"] {
+        assert!(images.lines().any(|i| i == kept), "{kept}: {images}");
+    }
+}

@@ -417,6 +417,31 @@ impl DockerClient {
         ))
     }
 
+    /// The names (`RepoTags`) of the image `name` (an id or a reference); none when it is
+    /// gone.
+    pub async fn image_tags(&self, name: &str) -> Result<Vec<String>, DockerError> {
+        let path = format!("/images/{}/json", path_escape(name));
+        let (status, body) = self.request("GET", &path, None).await?;
+        match status {
+            200..=299 => {
+                let inspect: Value = serde_json::from_slice(&body)
+                    .map_err(|e| self.exchange_error("GET", &path, e.to_string()))?;
+                Ok(inspect
+                    .get("RepoTags")
+                    .and_then(Value::as_array)
+                    .map(|tags| {
+                        tags.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
+                    .unwrap_or_default())
+            }
+            404 => Ok(Vec::new()),
+            _ => Err(self.status_error("GET", &path, status, &body)),
+        }
+    }
+
     /// Removes an image by reference (a tag: untags it, and removes the image with its last
     /// tag) or id, without force: an image a container uses is refused and kept.
     pub async fn remove_image(&self, name: &str) -> Result<Removal, DockerError> {

@@ -15,6 +15,7 @@
 //! - [`reap`]: the pod-end clean-up and `guard reap`.
 //! - [`metrics`]: the guard's counters, `GET /metrics`, `/healthz` and `/readyz`.
 
+pub mod buildkit;
 pub mod collect;
 pub mod docker;
 pub mod http;
@@ -191,12 +192,14 @@ async fn bind_listeners(command: &GuardCommand) -> Result<Vec<Listener>, GuardEr
     Ok(listeners)
 }
 
-/// The running guard: its listeners accepting, and under `collect` its collector.
+/// The running guard: its listeners accepting, under `collect` its collector, and on a
+/// daemon in the pod the removal of what earlier pods left.
 struct Serving {
     listening: Vec<String>,
     listeners: Vec<Arc<Listener>>,
     accepting: Vec<JoinHandle<()>>,
     collector: Option<JoinHandle<()>>,
+    earlier_pods: Option<JoinHandle<()>>,
 }
 
 impl Serving {
@@ -219,11 +222,19 @@ impl Serving {
                 Arc::clone(&shared.metrics),
             ))
         });
+        let earlier_pods = command.daemon_in_pod.then(|| {
+            tokio::spawn(remove_left_by_earlier_pods(
+                DockerClient::new(shared.upstream.clone()),
+                options.owner_pod_uid.clone(),
+                Arc::clone(&shared.metrics),
+            ))
+        });
         Self {
             listening,
             listeners,
             accepting,
             collector,
+            earlier_pods,
         }
     }
 
@@ -232,11 +243,41 @@ impl Serving {
         for task in &self.accepting {
             task.abort();
         }
-        if let Some(collector) = &self.collector {
-            collector.abort();
+        for task in self.collector.iter().chain(&self.earlier_pods) {
+            task.abort();
         }
         for listener in &self.listeners {
             listener.remove_socket();
+        }
+    }
+}
+
+/// Removes what earlier pods left on a daemon in this pod, once the daemon answers (it may
+/// start after the guard): retried until it succeeds once.
+async fn remove_left_by_earlier_pods(
+    client: DockerClient,
+    owner: String,
+    metrics: Arc<GuardMetrics>,
+) {
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match reap::remove_left_by_earlier_pods(&client, &owner, &metrics).await {
+            Ok((containers, networks, volumes)) => {
+                if containers + networks + volumes > 0 {
+                    tracing::info!(
+                        containers,
+                        networks,
+                        volumes,
+                        "removed what earlier pods left on this pod's daemon"
+                    );
+                }
+                return;
+            }
+            Err(error) => {
+                tracing::debug!(%error, "cannot look for what earlier pods left yet; retrying");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+            }
         }
     }
 }

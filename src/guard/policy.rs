@@ -205,6 +205,12 @@ pub fn is_swarm_request(method: &str, target: &str) -> bool {
     }
 }
 
+/// Whether `method target` opens a connection to the daemon's BuildKit (`POST /grpc`, which
+/// buildx's `docker` driver hijacks for HTTP/2), on [`normalise_path`].
+pub fn is_buildkit_grpc(method: &str, target: &str) -> bool {
+    method.eq_ignore_ascii_case("POST") && normalise_path(target) == "/grpc"
+}
+
 /// Whether `method target` is an image build (`POST /build`), on [`normalise_path`].
 pub fn is_build(method: &str, target: &str) -> bool {
     method.eq_ignore_ascii_case("POST") && normalise_path(target) == "/build"

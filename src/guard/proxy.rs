@@ -40,6 +40,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadHalf, WriteHalf};
 use tokio::sync::Notify;
 
+use super::buildkit::ResponseTap;
 use super::docker::DockerClient;
 use super::http::{
     BodyLength, CopyError, FramingError, HeadReadError, ReadBodyError, Reader, RequestHead,
@@ -191,6 +192,7 @@ struct Daemon {
 }
 
 /// How one exchange ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
     /// Read the next request.
     KeepAlive,
@@ -198,6 +200,9 @@ enum Next {
     Close,
     /// The connection was upgraded or hijacked: relay raw bytes both ways.
     Raw,
+    /// A BuildKit `/grpc` connection under `collect`: relayed raw, and the images its builds
+    /// produce recorded from the daemon's answers.
+    RawBuildKit,
 }
 
 /// Serves one client connection to its end.
@@ -208,9 +213,10 @@ pub async fn serve_connection(client: BoxStream, shared: Arc<Shared>) {
     let mut daemon = None;
     let result = run(&mut client_in, &mut client_out, &mut daemon, &shared).await;
     match result {
-        Ok(Next::Raw) => {
+        Ok(next @ (Next::Raw | Next::RawBuildKit)) => {
+            let tap = (next == Next::RawBuildKit).then(|| Arc::clone(&shared));
             if let Some(daemon) = daemon.take()
-                && let Err(error) = relay_raw(client_in, client_out, daemon).await
+                && let Err(error) = relay_raw(client_in, client_out, daemon, tap).await
             {
                 tracing::debug!(%error, "raw stream ended with an error");
             }
@@ -245,6 +251,8 @@ async fn run(
                 }
             };
         let close_after = request.wants_close();
+        let buildkit = shared.policy == Policy::Collect
+            && policy::is_buildkit_grpc(&request.method, &request.target);
         let (body, records) =
             match judge(client_in, client_out, &mut request, body_length, shared).await? {
                 Judged::Forward { body, records } => (body, records),
@@ -265,7 +273,8 @@ async fn run(
         match forward(client_in, client_out, daemon, shared, outgoing).await? {
             Next::KeepAlive if !close_after => {}
             Next::KeepAlive | Next::Close => return Ok(Next::Close),
-            Next::Raw => return Ok(Next::Raw),
+            Next::Raw | Next::RawBuildKit if buildkit => return Ok(Next::RawBuildKit),
+            Next::Raw | Next::RawBuildKit => return Ok(Next::Raw),
         }
     }
 }
@@ -756,10 +765,66 @@ where
 
 /// Relays raw bytes both ways until both sides are done; an end of stream on one side is
 /// passed on as a half-close (`shutdown(SHUT_WR)`), and the other direction keeps flowing.
-async fn relay_raw(client_in: ClientIn, client_out: ClientOut, daemon: Daemon) -> io::Result<()> {
+/// With `tap`, the daemon's side is also read for the images BuildKit builds produce, which
+/// are recorded as the pod's.
+async fn relay_raw(
+    client_in: ClientIn,
+    client_out: ClientOut,
+    daemon: Daemon,
+    tap: Option<Arc<Shared>>,
+) -> io::Result<()> {
     let up = pump(client_in, daemon.output);
-    let down = pump(daemon.input, client_out);
-    tokio::try_join!(up, down).map(|_| ())
+    match tap {
+        None => tokio::try_join!(up, pump(daemon.input, client_out)).map(|_| ()),
+        Some(shared) => {
+            let tapped = TapWriter {
+                inner: client_out,
+                tap: ResponseTap::default(),
+                shared,
+            };
+            tokio::try_join!(up, pump(daemon.input, tapped)).map(|_| ())
+        }
+    }
+}
+
+/// Writes to the client what the daemon sent on a BuildKit connection, feeding each byte
+/// written to a [`ResponseTap`].
+struct TapWriter {
+    inner: ClientOut,
+    tap: ResponseTap,
+    shared: Arc<Shared>,
+}
+
+impl AsyncWrite for TapWriter {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let written = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let std::task::Poll::Ready(Ok(n)) = &written {
+            for reference in this.tap.feed(&buf[..*n]) {
+                tracing::info!(image = %reference, "a BuildKit build of this pod wrote an image");
+                this.shared.record_image(reference);
+            }
+        }
+        written
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 async fn pump<R, W>(mut from: Reader<R>, mut to: W) -> io::Result<()>

@@ -149,7 +149,70 @@ pub async fn remove_pod_volumes(
     Ok(removed)
 }
 
-/// Removes the images the pod made: the references it tagged (`recorded`) and the images
+/// What pods that are gone left on a daemon that runs inside this guard's pod: every
+/// container (running or not, with its anonymous volumes), network and named volume labelled
+/// with another owner. Only this pod's guard reaches such a daemon, so another owner is a
+/// pod that ran on the same storage before (a persistent `/var/lib/docker`) and is gone.
+/// Images stay: they are the layer cache that storage is kept for. Returns how many
+/// containers, networks and volumes it removed.
+pub async fn remove_left_by_earlier_pods(
+    client: &DockerClient,
+    owner_pod_uid: &str,
+    metrics: &GuardMetrics,
+) -> Result<(usize, usize, usize), DockerError> {
+    let earlier = |owner: Option<&str>| owner.is_some_and(|o| !o.is_empty() && o != owner_pod_uid);
+    let mut containers = 0;
+    for container in client.containers_with_label(OWNER_LABEL).await? {
+        if !earlier(container.label(OWNER_LABEL)) {
+            continue;
+        }
+        match client.remove(&container.id).await {
+            Ok(Removal::Removed) => {
+                containers += 1;
+                metrics.container_removed(Reason::OwnerGone);
+                tracing::info!(
+                    id = container.short_id(),
+                    name = container.name(),
+                    owner = container.label(OWNER_LABEL).unwrap_or_default(),
+                    state = %container.state,
+                    "removed a container an earlier pod left on this pod's daemon"
+                );
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, id = container.short_id(), "cannot remove a container an earlier pod left")
+            }
+        }
+    }
+    let leftovers = Leftovers::list(client).await?;
+    let (mut networks, mut volumes) = (0, 0);
+    for network in leftovers
+        .networks
+        .iter()
+        .filter(|n| earlier(n.label(OWNER_LABEL)))
+    {
+        if let Ok(Removal::Removed) = client.remove_network(&network.id).await {
+            networks += 1;
+            metrics.network_removed();
+            tracing::info!(name = %network.name, "removed a network an earlier pod left on this pod's daemon");
+        }
+    }
+    for volume in leftovers
+        .volumes
+        .iter()
+        .filter(|v| earlier(v.label(OWNER_LABEL)))
+    {
+        if let Ok(Removal::Removed) = client.remove_volume(&volume.name).await {
+            volumes += 1;
+            metrics.volume_removed();
+            tracing::info!(name = %volume.name, "removed a volume an earlier pod left on this pod's daemon");
+        }
+    }
+    Ok((containers, networks, volumes))
+}
+
+/// Removes the images the pod made: the references it tagged or its BuildKit builds wrote
+/// (`recorded`: names, and image ids) and the images
 /// labelled `podmend.io/built-by-pod=<owner>` (built or committed), each without force, so
 /// an image a container still uses stays. Pulled, loaded and imported images are not the
 /// pod's and stay. Returns how many references (or untagged images) it removed.
@@ -161,6 +224,13 @@ pub async fn remove_pod_images(
 ) -> Result<u64, DockerError> {
     let mut removed = 0;
     for reference in recorded {
+        if reference.starts_with("sha256:") {
+            // An image a build wrote: its names first (the daemon refuses to remove an id
+            // that more than one name points at), then the image.
+            for name in client.image_tags(reference).await? {
+                removed += u64::from(remove_pod_image(client, &name, metrics).await);
+            }
+        }
         removed += u64::from(remove_pod_image(client, reference, metrics).await);
     }
     let label = format!("{IMAGE_OWNER_LABEL}={owner_pod_uid}");

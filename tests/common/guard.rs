@@ -397,3 +397,26 @@ impl Pki {
         ])
     }
 }
+
+/// The docker CLI plugin `docker-buildx` that scripts/setup builds from its Go module into the
+/// cache (since docker CLI 23 it is what `docker build` runs), made a plugin of the docker CLI
+/// whose config directory is `config_dir`.
+pub fn install_buildx(config_dir: &Path) {
+    use super::control_plane::binaries::{cache_dir, pinned_version};
+    let version = pinned_version("buildx").unwrap_or_else(|e| panic!("{e}"));
+    let plugin = cache_dir()
+        .join("bin")
+        .join(format!("buildx-{version}"))
+        .join("docker-buildx");
+    assert!(
+        plugin.is_file(),
+        "{} is missing: run scripts/setup (scripts/test does; scripts/build-control-plane builds it from the Go module proxy)",
+        plugin.display()
+    );
+    let plugins = config_dir.join("cli-plugins");
+    std::fs::create_dir_all(&plugins).expect("cli-plugins directory");
+    let link = plugins.join("docker-buildx");
+    if !link.exists() {
+        std::os::unix::fs::symlink(&plugin, &link).expect("link docker-buildx");
+    }
+}

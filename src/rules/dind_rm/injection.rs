@@ -102,6 +102,9 @@ fn in_daemons_place(
         Address::Unix(DAEMON_SOCKET.into()),
         settings.policy,
     );
+    // Moved to a socket only the guard reaches: whatever other owners left on it, pods that
+    // ran on the same storage before left.
+    command.daemon_in_pod = true;
     if let Some(tls) = &place.tls {
         command.tls_certdir = Some(PathBuf::from(&tls.certdir));
         command.tls_san = tls.sans.clone();

@@ -662,6 +662,7 @@ fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capabil
         Policy::Collect,
     );
     expected.health_listen = Some("0.0.0.0:9798".parse().expect("address"));
+    expected.daemon_in_pod = true;
     assert_eq!(guard["args"], json!(expected.to_args()));
     assert_eq!(
         guard["env"],

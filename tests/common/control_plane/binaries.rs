@@ -88,6 +88,7 @@ pub fn pinned_version(tool: &str) -> Result<String, String> {
         "kubernetes" => "k8s.io/kubernetes",
         "etcd" => "go.etcd.io/etcd/server/v3",
         "helm" => "helm.sh/helm/v4",
+        "buildx" => "github.com/docker/buildx",
         other => return Err(format!("no wrapper module is named {other}")),
     };
     text.lines()
