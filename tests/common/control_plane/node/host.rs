@@ -1,0 +1,200 @@
+//! What a node changes on the host outside its directory, recorded when it starts and undone when
+//! it stops: its cgroup in every cgroup v1 hierarchy, the sysctls the kubelet sets, the
+//! directories the kubelet and containerd hard-code, and the mounts under its directory.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The sysctls the kubelet sets when `protectKernelDefaults` is false
+/// (pkg/kubelet/cm/container_manager_linux.go, `setupKernelTunables`).
+const KUBELET_SYSCTLS: &[&str] = &[
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+];
+
+/// Paths the kubelet and containerd use whatever their configuration says: the kubelet's device
+/// plugin socket (`/var/lib/kubelet/device-plugins`), its container log links
+/// (`/var/log/containers`), and the runc shim's sockets (`/run/containerd/s`).
+const HARD_CODED: &[&str] = &["/var/lib/kubelet", "/var/log/containers", "/run/containerd"];
+
+/// The host's state before the node started.
+pub struct HostState {
+    sysctls: Vec<(String, String)>,
+    /// The hard-coded paths that did not exist: the node removes them when it stops.
+    absent: Vec<PathBuf>,
+    /// `/sys/fs/cgroup/HIERARCHY/ROOT` for every cgroup v1 hierarchy.
+    cgroups: Vec<PathBuf>,
+}
+
+impl HostState {
+    /// Records the sysctls and paths, and makes cgroup `root` (a name under each hierarchy's
+    /// root) in every cgroup v1 hierarchy: the kubelet checks that its `cgroupRoot` exists.
+    pub fn record(root: &str) -> Result<HostState, String> {
+        let mut sysctls = Vec::new();
+        for name in KUBELET_SYSCTLS {
+            let path = Path::new("/proc/sys").join(name);
+            let value =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            sysctls.push((name.to_string(), value.trim().to_string()));
+        }
+        let absent = HARD_CODED
+            .iter()
+            .map(PathBuf::from)
+            .filter(|path| !path.exists())
+            .collect();
+        let cgroups: Vec<PathBuf> = v1_hierarchies()?
+            .into_iter()
+            .map(|hierarchy| hierarchy.join(root))
+            .collect();
+        for cgroup in &cgroups {
+            std::fs::create_dir_all(cgroup).map_err(|e| format!("{}: {e}", cgroup.display()))?;
+        }
+        Ok(HostState {
+            sysctls,
+            absent,
+            cgroups,
+        })
+    }
+
+    /// Undoes what the node changed; call once every process of the node has stopped.
+    pub fn restore(&self, dir: &Path) {
+        unmount_under(dir);
+        for cgroup in &self.cgroups {
+            remove_cgroup_tree(cgroup);
+        }
+        for path in &self.absent {
+            let _ = std::fs::remove_dir_all(path);
+        }
+        remove_links_into("/var/log/containers", dir);
+        for (name, value) in &self.sysctls {
+            let _ = std::fs::write(Path::new("/proc/sys").join(name), value);
+        }
+    }
+
+    /// What is left of the node on the host after [`HostState::restore`].
+    pub fn leftovers(&self, dir: &Path) -> Vec<String> {
+        let mut left: Vec<String> = mounts_under(dir)
+            .into_iter()
+            .map(|mount| format!("mount {mount}"))
+            .collect();
+        left.extend(
+            self.cgroups
+                .iter()
+                .filter(|cgroup| cgroup.exists())
+                .map(|cgroup| format!("cgroup {}", cgroup.display())),
+        );
+        left.extend(
+            self.absent
+                .iter()
+                .filter(|path| path.exists())
+                .map(|path| format!("{} (made by the node)", path.display())),
+        );
+        left.extend(
+            links_into("/var/log/containers", dir)
+                .into_iter()
+                .map(|link| format!("log link {}", link.display())),
+        );
+        for (name, before) in &self.sysctls {
+            let now = std::fs::read_to_string(Path::new("/proc/sys").join(name))
+                .unwrap_or_default()
+                .trim()
+                .to_string();
+            if &now != before {
+                left.push(format!("sysctl {name} = {now}, was {before}"));
+            }
+        }
+        left
+    }
+}
+
+/// The mount points of the cgroup v1 hierarchies (`/sys/fs/cgroup/cpu`, ...).
+fn v1_hierarchies() -> Result<Vec<PathBuf>, String> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts")
+        .map_err(|e| format!("/proc/self/mounts: {e}"))?;
+    let hierarchies: Vec<PathBuf> = mounts
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(2) == Some(&"cgroup")).then(|| PathBuf::from(fields[1]))
+        })
+        .collect();
+    if hierarchies.is_empty() {
+        return Err("this machine mounts no cgroup v1 hierarchy: the node's kubelet configuration is written for cgroup v1 (docs/testing.md)".into());
+    }
+    Ok(hierarchies)
+}
+
+/// The mount points under `dir`, deepest first.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    let mut found: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(4).map(str::to_string))
+        .filter(|point| point == &prefix || point.starts_with(&format!("{prefix}/")))
+        .collect();
+    found.sort_by_key(|point| std::cmp::Reverse(point.len()));
+    found.dedup();
+    found
+}
+
+/// Unmounts everything under `dir` (the kubelet bind-mounts its root directory onto itself;
+/// a pod's volumes and a sandbox's /dev/shm are mounts too).
+fn unmount_under(dir: &Path) {
+    for _ in 0..5 {
+        let points = mounts_under(dir);
+        if points.is_empty() {
+            return;
+        }
+        for point in points {
+            let _ = Command::new("umount").arg(&point).output();
+        }
+    }
+}
+
+/// Removes the cgroup `root` and every cgroup under it, deepest first (a cgroup is removed
+/// with rmdir, and only once it has no children and no processes).
+fn remove_cgroup_tree(root: &Path) {
+    let mut dirs = Vec::new();
+    collect_dirs(root, &mut dirs);
+    dirs.sort_by_key(|dir| std::cmp::Reverse(dir.components().count()));
+    for dir in dirs {
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+fn collect_dirs(dir: &Path, found: &mut Vec<PathBuf>) {
+    if !dir.is_dir() {
+        return;
+    }
+    found.push(dir.to_path_buf());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                collect_dirs(&entry.path(), found);
+            }
+        }
+    }
+}
+
+/// The symbolic links in `links` that point under `dir`.
+fn links_into(links: &str, dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(links) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|link| std::fs::read_link(link).is_ok_and(|target| target.starts_with(dir)))
+        .collect()
+}
+
+fn remove_links_into(links: &str, dir: &Path) {
+    for link in links_into(links, dir) {
+        let _ = std::fs::remove_file(link);
+    }
+}

@@ -1,0 +1,227 @@
+//! A real node: containerd 2.x and the kubelet of the control plane's build, registered to the
+//! suite's API server, in a network namespace the test creates
+//! (`common::control_plane::node`). Pods here use `hostNetwork: true`: they share the node's
+//! namespace, so no CNI plugin runs and the node reports `Ready=False` (NetworkPluginNotReady);
+//! pods with a network of their own and the node's readiness are not covered yet.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node as NodeObject, Pod};
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::Suite;
+use crate::common::control_plane::node::config::BUSYBOX_IMAGE;
+use crate::common::control_plane::node::{ALLOCATABLE_MILLICPU, Node};
+
+/// How long a pod may take to reach the phase a test waits for.
+const POD_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What the test pod prints before it sleeps.
+const GREETING: &str = "podmend on a real node";
+
+/// A pod bound to `node` by `nodeName`, on the node's network, running busybox `command` and
+/// requesting `cpu`.
+fn pod(name: &str, node: &str, cpu: &str, command: &[&str]) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": true,
+            // busybox sh as PID 1 ignores SIGTERM: the kubelet kills it after this.
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX_IMAGE,
+                "imagePullPolicy": "Never",
+                "command": command,
+                "resources": {"requests": {"cpu": cpu}},
+            }],
+        },
+    })
+}
+
+/// Polls pod `name` until `done` says its phase is final for the test; panics with the pod's
+/// status and the node's logs after [`POD_TIMEOUT`].
+async fn wait_for_phase(pods: &Api<Pod>, name: &str, node: &Node, phase: &str) -> Pod {
+    let deadline = Instant::now() + POD_TIMEOUT;
+    loop {
+        let current = pods.get(name).await.expect("read the pod back");
+        let now = current
+            .status
+            .as_ref()
+            .and_then(|status| status.phase.clone())
+            .unwrap_or_default();
+        if now == phase {
+            return current;
+        }
+        assert!(
+            Instant::now() < deadline && !(now == "Failed" || now == "Succeeded"),
+            "pod {name} is {now:?}, not {phase}, after {} s: {:?}\n{}",
+            POD_TIMEOUT.as_secs(),
+            current.status,
+            node.report()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Stops `node` and asserts nothing of it is left on the host.
+fn stop_and_check(mut node: Node) {
+    node.stop();
+    let left = node.leftovers();
+    assert!(
+        left.is_empty(),
+        "the stopped node left these on the host:\n{}",
+        left.join("\n")
+    );
+}
+
+pub fn a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_leaves_nothing_behind(
+    suite: &Suite,
+) {
+    let plane = &suite.plane;
+    let namespace = "real-node-runs";
+    suite
+        .block_on(plane.create_namespace(namespace))
+        .expect("namespace");
+    let node = suite
+        .block_on(Node::start(plane, "real-node-runs"))
+        .unwrap_or_else(|error| panic!("{error}"));
+    let script = format!("echo {GREETING}; exec sleep 3600");
+    let manifest = pod("hello", &node.name, "100m", &["sh", "-c", &script]);
+    suite.block_on(async {
+        let pods: Api<Pod> = Api::namespaced(plane.client().await, namespace);
+        let created: Pod = serde_json::from_value(manifest).expect("a pod");
+        pods.create(&PostParams::default(), &created)
+            .await
+            .expect("the API server stores the pod");
+        // The kubelet starts the sandbox and the container and reports Running once the
+        // container's state is running (pkg/kubelet/kubelet_pods.go, `getPhase`). The sandbox
+        // runs in containerd's network namespace because the pod asks for the host's network
+        // (containerd internal/cri/server/podsandbox/sandbox_run_linux.go, `sandboxContainerSpec`,
+        // NamespaceMode_NODE: no network namespace of its own).
+        wait_for_phase(&pods, "hello", &node, "Running").await;
+    });
+
+    // `kubectl logs` goes API server -> kubelet at the node's InternalIP -> the container's log
+    // file, which the kubelet serves (pkg/kubelet/server/server.go, `getContainerLogs`, which calls
+    // pkg/kubelet/kubelet_pods.go, `GetKubeletContainerLogs`).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let logs = loop {
+        let output = plane
+            .kubectl()
+            .args(["logs", "-n", namespace, "hello"])
+            .output()
+            .expect("run kubectl logs");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        if text.contains(GREETING) || Instant::now() >= deadline {
+            break format!("{text}{}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(
+        logs.trim(),
+        GREETING,
+        "kubectl logs prints what the container printed\n{}",
+        node.report()
+    );
+
+    suite.block_on(async {
+        let pods: Api<Pod> = Api::namespaced(plane.client().await, namespace);
+        pods.delete("hello", &DeleteParams::default())
+            .await
+            .expect("delete the pod");
+        // The pod object goes once the kubelet has stopped its containers and confirms with a
+        // deletion of grace 0 (pkg/kubelet/status/status_manager.go, `canBeDeleted`).
+        let deadline = Instant::now() + POD_TIMEOUT;
+        while matches!(pods.get_opt("hello").await, Ok(Some(_))) {
+            assert!(
+                Instant::now() < deadline,
+                "the kubelet did not finish deleting pod hello within {} s\n{}",
+                POD_TIMEOUT.as_secs(),
+                node.report()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    let tasks = node
+        .ctr(&["-n", "k8s.io", "tasks", "ls", "-q"])
+        .expect("ctr tasks ls");
+    assert_eq!(
+        tasks.trim(),
+        "",
+        "the kubelet stopped the deleted pod's container and sandbox"
+    );
+    stop_and_check(node);
+}
+
+pub fn the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_out_of_cpu(
+    suite: &Suite,
+) {
+    let plane = &suite.plane;
+    let namespace = "real-node-full";
+    suite
+        .block_on(plane.create_namespace(namespace))
+        .expect("namespace");
+    let node = suite
+        .block_on(Node::start(plane, "real-node-full"))
+        .unwrap_or_else(|error| panic!("{error}"));
+    suite.block_on(async {
+        let client = plane.client().await;
+        let nodes: Api<NodeObject> = Api::all(client.clone());
+        let registered = nodes.get(&node.name).await.expect("the kubelet's Node");
+        let allocatable = registered
+            .status
+            .and_then(|status| status.allocatable)
+            .and_then(|allocatable| allocatable.get("cpu").cloned())
+            .expect("the Node's allocatable cpu");
+        assert_eq!(
+            allocatable.0,
+            format!("{ALLOCATABLE_MILLICPU}m"),
+            "systemReserved leaves {ALLOCATABLE_MILLICPU}m to pods"
+        );
+        // One CPU more than allocatable: no scheduler is asked (nodeName is set), so only the
+        // kubelet's own admission stands between the pod and the node.
+        let request = format!("{}m", ALLOCATABLE_MILLICPU + 1000);
+        let pods: Api<Pod> = Api::namespaced(client, namespace);
+        let manifest = pod("too-big", &node.name, &request, &["sleep", "3600"]);
+        let created: Pod = serde_json::from_value(manifest).expect("a pod");
+        pods.create(&PostParams::default(), &created)
+            .await
+            .expect("the API server stores the pod: it does not check the node's resources");
+        // The kubelet admits each new pod through its predicate admit handler, whose resource
+        // fit failure is reason "OutOf" + the resource (pkg/kubelet/lifecycle/predicate.go,
+        // `Admit`); `HandlePodAdditions` then calls `rejectPod` (pkg/kubelet/kubelet.go), which
+        // sets phase Failed, that reason and "Pod was rejected: " + the message.
+        let rejected = wait_for_phase(&pods, "too-big", &node, "Failed").await;
+        let status = rejected.status.expect("a status");
+        assert_eq!(status.reason.as_deref(), Some("OutOfcpu"), "{status:?}");
+        let message = status.message.unwrap_or_default();
+        assert!(
+            message.starts_with("Pod was rejected: ") && message.contains("cpu"),
+            "the kubelet says why: {message}"
+        );
+        assert!(
+            status
+                .container_statuses
+                .unwrap_or_default()
+                .iter()
+                .all(|container| container.state.as_ref().is_none_or(|s| s.running.is_none())),
+            "no container of a rejected pod runs"
+        );
+        pods.delete("too-big", &DeleteParams::default())
+            .await
+            .expect("delete the pod");
+    });
+    assert_eq!(
+        node.ctr(&["-n", "k8s.io", "containers", "ls", "-q"])
+            .expect("ctr containers ls")
+            .trim(),
+        "",
+        "the kubelet made no sandbox or container for the rejected pod"
+    );
+    stop_and_check(node);
+}
