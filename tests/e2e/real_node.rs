@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::Suite;
 use crate::common::control_plane::node::config::BUSYBOX_IMAGE;
+use crate::common::control_plane::node::host::MachineLock;
 use crate::common::control_plane::node::{ALLOCATABLE_MILLICPU, Node};
 
 /// How long a pod may take to reach the phase a test waits for.
@@ -68,8 +69,13 @@ async fn wait_for_phase(pods: &Api<Pod>, name: &str, node: &Node, phase: &str) -
     }
 }
 
-/// Stops `node` and asserts nothing of it is left on the host.
+/// Stops `node` and asserts nothing of it is left on the host, and that the machine's node lock
+/// is held while the node exists and free once it is dropped.
 fn stop_and_check(mut node: Node) {
+    assert!(
+        MachineLock::try_acquire().is_err(),
+        "a running node holds the machine's node lock: no other suite's node can start beside it"
+    );
     node.stop();
     let left = node.leftovers();
     assert!(
@@ -77,6 +83,10 @@ fn stop_and_check(mut node: Node) {
         "the stopped node left these on the host:\n{}",
         left.join("\n")
     );
+    drop(node);
+    if let Err(error) = MachineLock::try_acquire() {
+        panic!("a dropped node releases the machine's node lock: {error}");
+    }
 }
 
 pub fn a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_leaves_nothing_behind(

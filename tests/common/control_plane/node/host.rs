@@ -198,3 +198,51 @@ fn remove_links_into(links: &str, dir: &Path) {
         let _ = std::fs::remove_file(link);
     }
 }
+
+/// The file whose lock a running node holds: one node per machine at a time, whichever suite
+/// runs it. Two would share the kubelet's hard-coded paths, and the second would record the
+/// sysctls the first's kubelet set and write those back.
+pub const MACHINE_LOCK: &str = "/run/lock/podmend-real-node.lock";
+
+/// The machine's node lock, held until dropped (the kernel releases it when the file closes,
+/// also when the process dies).
+pub struct MachineLock {
+    _file: std::fs::File,
+}
+
+impl MachineLock {
+    /// Takes the lock, or says it is held.
+    pub fn try_acquire() -> Result<MachineLock, String> {
+        use std::os::fd::AsRawFd as _;
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(MACHINE_LOCK)
+            .map_err(|e| format!("{MACHINE_LOCK}: {e}"))?;
+        // SAFETY: flock only reads the descriptor, which `file` keeps open for the call.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if locked == 0 {
+            Ok(MachineLock { _file: file })
+        } else {
+            Err(format!(
+                "another real node runs on this machine (it holds {MACHINE_LOCK}: {})",
+                std::io::Error::last_os_error()
+            ))
+        }
+    }
+
+    /// Takes the lock, waiting up to `timeout` for another suite's node to stop.
+    pub async fn acquire(timeout: std::time::Duration) -> Result<MachineLock, String> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match MachineLock::try_acquire() {
+                Ok(lock) => return Ok(lock),
+                Err(error) if std::time::Instant::now() >= deadline => {
+                    return Err(format!("{error}; waited {} s", timeout.as_secs()));
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
+            }
+        }
+    }
+}

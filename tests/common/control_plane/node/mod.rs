@@ -7,6 +7,8 @@
 //!   when the node made them ([`host`]).
 //! - The kubelet authenticates to the API server with the admin's certificate (there is no node
 //!   authorizer in this control plane) and accepts the API server's, for `kubectl logs`.
+//! - One node runs on the machine at a time, across suites: a node holds
+//!   [`host::MACHINE_LOCK`] from before it touches the host until after it restored it.
 //! - [`Node::stop`] (also on drop) stops the kubelet, kills what containers are left, stops
 //!   containerd, and undoes everything above; [`Node::leftovers`] says what is still there.
 
@@ -25,7 +27,7 @@ use k8s_openapi::api::core::v1::Node as NodeObject;
 use kube::api::Api;
 
 use self::config::{BUSYBOX_IMAGE, KubeletSettings, PAUSE_IMAGE};
-use self::host::HostState;
+use self::host::{HostState, MachineLock};
 use self::image::run;
 use self::netns::NetNs;
 use super::ControlPlane;
@@ -34,6 +36,9 @@ use super::process::{Process, processes_mentioning};
 
 /// How long containerd and the kubelet may take to come up.
 const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long a node waits for another suite's node on the machine to stop.
+const LOCK_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// CPU the node's pods may request, in millicores: allocatable is capacity minus the rest.
 pub const ALLOCATABLE_MILLICPU: u64 = 500;
@@ -50,6 +55,10 @@ pub struct Node {
     kubelet: Option<Process>,
     /// The admin kubeconfig, to delete the Node object when the node stops.
     kubectl: Option<Command>,
+    /// Held from before the host is touched until the node is dropped (declared last, so after
+    /// `Drop::drop` stopped everything): a [`Node::leftovers`] check after [`Node::stop`] sees
+    /// no other suite's node.
+    lock: Option<MachineLock>,
 }
 
 impl Node {
@@ -61,6 +70,7 @@ impl Node {
         if unsafe { libc::geteuid() } != 0 {
             return Err("a real node needs root (cgroups, network namespaces, mounts): run the end-to-end suite as root, as scripts/test does on CI".into());
         }
+        let lock = MachineLock::acquire(LOCK_TIMEOUT).await?;
         let dir = plane.dir().join(format!("node-{name}"));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let mut node = Node {
@@ -73,6 +83,7 @@ impl Node {
             containerd: None,
             kubelet: None,
             kubectl: Some(plane.kubectl()),
+            lock: Some(lock),
         };
         match node.bring_up(plane).await {
             Ok(()) => Ok(node),
