@@ -21,10 +21,15 @@ const KUBELET_SYSCTLS: &[&str] = &[
 /// (`/var/log/containers`), and the runc shim's sockets (`/run/containerd/s`).
 const HARD_CODED: &[&str] = &["/var/lib/kubelet", "/var/log/containers", "/run/containerd"];
 
+/// The kubelet's device-plugin registration socket, which it leaves when it stops.
+const KUBELET_DEVICE_PLUGIN_SOCKET: &str = "/var/lib/kubelet/device-plugins/kubelet.sock";
+
 /// The host's state before the node started.
 pub struct HostState {
     sysctls: Vec<(String, String)>,
-    /// The hard-coded paths that did not exist: the node removes them when it stops.
+    /// The hard-coded paths that did not exist: the node removes what of them is empty when it
+    /// stops. Another containerd on the machine (docker.io's) may have made `/run/containerd/s`
+    /// since, and keeps its shims' sockets there: those are not the node's to remove.
     absent: Vec<PathBuf>,
     /// `/sys/fs/cgroup/HIERARCHY/ROOT` for every cgroup v1 hierarchy.
     cgroups: Vec<PathBuf>,
@@ -66,8 +71,9 @@ impl HostState {
         for cgroup in &self.cgroups {
             remove_cgroup_tree(cgroup);
         }
+        let _ = std::fs::remove_file(KUBELET_DEVICE_PLUGIN_SOCKET);
         for path in &self.absent {
-            let _ = std::fs::remove_dir_all(path);
+            remove_empty_dirs(path);
         }
         remove_links_into("/var/log/containers", dir);
         for (name, value) in &self.sysctls {
@@ -90,9 +96,12 @@ impl HostState {
         left.extend(
             self.absent
                 .iter()
-                .filter(|path| path.exists())
+                .filter(|path| path.exists() && only_dirs(path))
                 .map(|path| format!("{} (made by the node)", path.display())),
         );
+        if Path::new(KUBELET_DEVICE_PLUGIN_SOCKET).exists() {
+            left.push(KUBELET_DEVICE_PLUGIN_SOCKET.to_string());
+        }
         left.extend(
             links_into("/var/log/containers", dir)
                 .into_iter()
@@ -159,12 +168,8 @@ fn unmount_under(dir: &Path) {
 /// Removes the cgroup `root` and every cgroup under it, deepest first (a cgroup is removed
 /// with rmdir, and only once it has no children and no processes).
 fn remove_cgroup_tree(root: &Path) {
-    let mut dirs = Vec::new();
-    collect_dirs(root, &mut dirs);
-    dirs.sort_by_key(|dir| std::cmp::Reverse(dir.components().count()));
-    for dir in dirs {
-        let _ = std::fs::remove_dir(&dir);
-    }
+    // A cgroup's files are not files on disk: rmdir removes a cgroup with them.
+    remove_empty_dirs(root);
 }
 
 fn collect_dirs(dir: &Path, found: &mut Vec<PathBuf>) {
@@ -179,6 +184,26 @@ fn collect_dirs(dir: &Path, found: &mut Vec<PathBuf>) {
             }
         }
     }
+}
+
+/// Removes `root`'s empty directories, deepest first, `root` too when it ends up empty.
+fn remove_empty_dirs(root: &Path) {
+    let mut dirs = Vec::new();
+    collect_dirs(root, &mut dirs);
+    dirs.sort_by_key(|dir| std::cmp::Reverse(dir.components().count()));
+    for dir in dirs {
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+/// Whether `root` holds directories only (nothing of another program's in it).
+fn only_dirs(root: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return true;
+    };
+    entries
+        .flatten()
+        .all(|entry| entry.file_type().is_ok_and(|kind| kind.is_dir()) && only_dirs(&entry.path()))
 }
 
 /// The symbolic links in `links` that point under `dir`.
