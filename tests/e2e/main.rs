@@ -137,6 +137,10 @@ const TESTS: &[Test] = &[
         real_node::the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_out_of_cpu,
     ),
     (
+        "a_node_whose_kubelet_stops_with_its_pod_still_running_leaves_nothing_behind",
+        real_node::a_node_whose_kubelet_stops_with_its_pod_still_running_leaves_nothing_behind,
+    ),
+    (
         "a_suite_that_panics_or_is_killed_leaves_no_component_running",
         teardown::a_suite_that_panics_or_is_killed_leaves_no_component_running,
     ),

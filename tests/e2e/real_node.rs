@@ -89,6 +89,47 @@ fn stop_and_check(mut node: Node) {
     }
 }
 
+/// `kubectl logs` of pod `name`'s container (stdout and stderr), polled for up to 30 s until it
+/// holds `expected`. It goes API server -> kubelet at the node's InternalIP -> the container's
+/// log file, which the kubelet serves (pkg/kubelet/server/server.go, `getContainerLogs`, which
+/// calls pkg/kubelet/kubelet_pods.go, `GetKubeletContainerLogs`).
+fn kubectl_logs_once_printed(suite: &Suite, namespace: &str, name: &str, expected: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let output = suite
+            .plane
+            .kubectl()
+            .args(["logs", "-n", namespace, name])
+            .output()
+            .expect("run kubectl logs");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        if text.contains(expected) || Instant::now() >= deadline {
+            return format!("{text}{}", String::from_utf8_lossy(&output.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Deletes pod `name` and waits until the object is gone: that happens once the kubelet has
+/// stopped its containers and confirms with a deletion of grace 0
+/// (pkg/kubelet/status/status_manager.go, `canBeDeleted`).
+async fn delete_and_wait_until_gone(suite: &Suite, namespace: &str, name: &str, node: &Node) {
+    let pods: Api<Pod> = Api::namespaced(suite.plane.client().await, namespace);
+    pods.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete the pod");
+    let deadline = Instant::now() + POD_TIMEOUT;
+    while matches!(pods.get_opt(name).await, Ok(Some(_))) {
+        assert!(
+            Instant::now() < deadline,
+            "the kubelet did not finish deleting pod {name} within {} s\n{}",
+            POD_TIMEOUT.as_secs(),
+            node.report()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 pub fn a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_leaves_nothing_behind(
     suite: &Suite,
 ) {
@@ -116,22 +157,7 @@ pub fn a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_lea
         wait_for_phase(&pods, "hello", &node, "Running").await;
     });
 
-    // `kubectl logs` goes API server -> kubelet at the node's InternalIP -> the container's log
-    // file, which the kubelet serves (pkg/kubelet/server/server.go, `getContainerLogs`, which calls
-    // pkg/kubelet/kubelet_pods.go, `GetKubeletContainerLogs`).
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let logs = loop {
-        let output = plane
-            .kubectl()
-            .args(["logs", "-n", namespace, "hello"])
-            .output()
-            .expect("run kubectl logs");
-        let text = String::from_utf8_lossy(&output.stdout).into_owned();
-        if text.contains(GREETING) || Instant::now() >= deadline {
-            break format!("{text}{}", String::from_utf8_lossy(&output.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
+    let logs = kubectl_logs_once_printed(suite, namespace, "hello", GREETING);
     assert_eq!(
         logs.trim(),
         GREETING,
@@ -139,24 +165,7 @@ pub fn a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_lea
         node.report()
     );
 
-    suite.block_on(async {
-        let pods: Api<Pod> = Api::namespaced(plane.client().await, namespace);
-        pods.delete("hello", &DeleteParams::default())
-            .await
-            .expect("delete the pod");
-        // The pod object goes once the kubelet has stopped its containers and confirms with a
-        // deletion of grace 0 (pkg/kubelet/status/status_manager.go, `canBeDeleted`).
-        let deadline = Instant::now() + POD_TIMEOUT;
-        while matches!(pods.get_opt("hello").await, Ok(Some(_))) {
-            assert!(
-                Instant::now() < deadline,
-                "the kubelet did not finish deleting pod hello within {} s\n{}",
-                POD_TIMEOUT.as_secs(),
-                node.report()
-            );
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    });
+    suite.block_on(delete_and_wait_until_gone(suite, namespace, "hello", &node));
     let tasks = node
         .ctr(&["-n", "k8s.io", "tasks", "ls", "-q"])
         .expect("ctr tasks ls");
@@ -166,6 +175,36 @@ pub fn a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_lea
         "the kubelet stopped the deleted pod's container and sandbox"
     );
     stop_and_check(node);
+}
+
+/// The CPU the kubelet reported allocatable on Node `name`.
+async fn allocatable_cpu(nodes: &Api<NodeObject>, name: &str) -> String {
+    let registered = nodes.get(name).await.expect("the kubelet's Node");
+    registered
+        .status
+        .and_then(|status| status.allocatable)
+        .and_then(|allocatable| allocatable.get("cpu").cloned())
+        .expect("the Node's allocatable cpu")
+        .0
+}
+
+/// Asserts `pod` carries the kubelet's OutOfcpu rejection and none of its containers runs.
+fn assert_rejected_out_of_cpu(pod: Pod) {
+    let status = pod.status.expect("a status");
+    assert_eq!(status.reason.as_deref(), Some("OutOfcpu"), "{status:?}");
+    let message = status.message.unwrap_or_default();
+    assert!(
+        message.starts_with("Pod was rejected: ") && message.contains("cpu"),
+        "the kubelet says why: {message}"
+    );
+    assert!(
+        status
+            .container_statuses
+            .unwrap_or_default()
+            .iter()
+            .all(|container| container.state.as_ref().is_none_or(|s| s.running.is_none())),
+        "no container of a rejected pod runs"
+    );
 }
 
 pub fn the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_out_of_cpu(
@@ -181,15 +220,8 @@ pub fn the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_ou
         .unwrap_or_else(|error| panic!("{error}"));
     suite.block_on(async {
         let client = plane.client().await;
-        let nodes: Api<NodeObject> = Api::all(client.clone());
-        let registered = nodes.get(&node.name).await.expect("the kubelet's Node");
-        let allocatable = registered
-            .status
-            .and_then(|status| status.allocatable)
-            .and_then(|allocatable| allocatable.get("cpu").cloned())
-            .expect("the Node's allocatable cpu");
         assert_eq!(
-            allocatable.0,
+            allocatable_cpu(&Api::all(client.clone()), &node.name).await,
             format!("{ALLOCATABLE_MILLICPU}m"),
             "systemReserved leaves {ALLOCATABLE_MILLICPU}m to pods"
         );
@@ -207,21 +239,7 @@ pub fn the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_ou
         // `Admit`); `HandlePodAdditions` then calls `rejectPod` (pkg/kubelet/kubelet.go), which
         // sets phase Failed, that reason and "Pod was rejected: " + the message.
         let rejected = wait_for_phase(&pods, "too-big", &node, "Failed").await;
-        let status = rejected.status.expect("a status");
-        assert_eq!(status.reason.as_deref(), Some("OutOfcpu"), "{status:?}");
-        let message = status.message.unwrap_or_default();
-        assert!(
-            message.starts_with("Pod was rejected: ") && message.contains("cpu"),
-            "the kubelet says why: {message}"
-        );
-        assert!(
-            status
-                .container_statuses
-                .unwrap_or_default()
-                .iter()
-                .all(|container| container.state.as_ref().is_none_or(|s| s.running.is_none())),
-            "no container of a rejected pod runs"
-        );
+        assert_rejected_out_of_cpu(rejected);
         pods.delete("too-big", &DeleteParams::default())
             .await
             .expect("delete the pod");
@@ -234,4 +252,43 @@ pub fn the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_ou
         "the kubelet made no sandbox or container for the rejected pod"
     );
     stop_and_check(node);
+}
+
+pub fn a_node_whose_kubelet_stops_with_its_pod_still_running_leaves_nothing_behind(suite: &Suite) {
+    let plane = &suite.plane;
+    let namespace = "real-node-stopped";
+    suite
+        .block_on(plane.create_namespace(namespace))
+        .expect("namespace");
+    let node = suite
+        .block_on(Node::start(plane, "real-node-stopped"))
+        .unwrap_or_else(|error| panic!("{error}"));
+    let manifest = pod("left-running", &node.name, "100m", &["sleep", "3600"]);
+    suite.block_on(async {
+        let pods: Api<Pod> = Api::namespaced(plane.client().await, namespace);
+        let created: Pod = serde_json::from_value(manifest).expect("a pod");
+        pods.create(&PostParams::default(), &created)
+            .await
+            .expect("the API server stores the pod");
+        wait_for_phase(&pods, "left-running", &node, "Running").await;
+    });
+    // The kubelet stops without stopping its pods (a node going away): the container, its
+    // shim, the sandbox's mounts, the service-account token's tmpfs and the container's log
+    // link are the node's teardown to remove.
+    assert!(
+        !node
+            .ctr(&["-n", "k8s.io", "tasks", "ls", "-q"])
+            .expect("ctr tasks ls")
+            .trim()
+            .is_empty(),
+        "the pod's sandbox and container run before the node stops"
+    );
+    stop_and_check(node);
+    suite.block_on(async {
+        // No kubelet is left to confirm the deletion: grace 0 removes the object at once.
+        let pods: Api<Pod> = Api::namespaced(plane.client().await, namespace);
+        pods.delete("left-running", &DeleteParams::default().grace_period(0))
+            .await
+            .expect("delete the pod");
+    });
 }

@@ -71,11 +71,12 @@ impl HostState {
         for cgroup in &self.cgroups {
             remove_cgroup_tree(cgroup);
         }
+        // The node's own entries first, then what they leave empty.
         let _ = std::fs::remove_file(KUBELET_DEVICE_PLUGIN_SOCKET);
+        remove_links_into("/var/log/containers", dir);
         for path in &self.absent {
             remove_empty_dirs(path);
         }
-        remove_links_into("/var/log/containers", dir);
         for (name, value) in &self.sysctls {
             let _ = std::fs::write(Path::new("/proc/sys").join(name), value);
         }
