@@ -16,6 +16,7 @@ mod common;
 mod install;
 mod node_affinity;
 mod pinniped;
+mod real_node;
 mod teardown;
 
 use std::io::Write as _;
@@ -125,6 +126,19 @@ const TESTS: &[Test] = &[
     (
         "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",
         install::helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation,
+    ),
+    // After podmend is uninstalled: these pods are the kubelet's to judge, unrepaired.
+    (
+        "a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_leaves_nothing_behind",
+        real_node::a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_leaves_nothing_behind,
+    ),
+    (
+        "the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_out_of_cpu",
+        real_node::the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_out_of_cpu,
+    ),
+    (
+        "a_node_whose_kubelet_stops_with_its_pod_still_running_leaves_nothing_behind",
+        real_node::a_node_whose_kubelet_stops_with_its_pod_still_running_leaves_nothing_behind,
     ),
     (
         "a_suite_that_panics_or_is_killed_leaves_no_component_running",

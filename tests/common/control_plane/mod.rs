@@ -14,6 +14,7 @@
 //! - Every component runs under a watchdog ([`process`]), so none outlives the test binary.
 
 pub mod binaries;
+pub mod node;
 pub mod pki;
 pub mod process;
 
@@ -441,5 +442,13 @@ fn apiserver_args(pki: &Pki, port: u16, etcd: std::net::SocketAddr) -> Vec<Strin
         // Off by default in kube-apiserver, on in some distributions: node-affinity must never
         // add a toleration it would refuse. Only namespaces that name a whitelist are affected.
         "--enable-admission-plugins=PodTolerationRestriction".into(),
+        // `kubectl logs` reaches a real node's kubelet at its InternalIP (an address in the
+        // network namespace the node test made); the default order tries the node's hostname
+        // first, which would send a DNS query off the machine.
+        "--kubelet-preferred-address-types=InternalIP".into(),
+        // The kubelet trusts client certificates of the suite's CA; the admin's is in
+        // `system:masters`.
+        file("kubelet-client-certificate", &pki.admin_cert),
+        file("kubelet-client-key", &pki.admin_key),
     ]
 }
