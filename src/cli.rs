@@ -373,6 +373,14 @@ pub struct GuardRunArgs {
     /// the same persistent /var/lib/docker before and are gone). Images stay.
     #[arg(long)]
     pub daemon_in_pod: bool,
+    /// A path at which the daemon finds its own socket when it resolves a container's bind
+    /// mount (docker run -v PATH:...); repeat for more. Such binds would reach the daemon
+    /// without the guard: they are rewritten to --guard-socket-for-daemon, or refused (403).
+    #[arg(long, value_name = "PATH")]
+    pub daemon_socket_path: Vec<String>,
+    /// The path at which the daemon finds this guard's socket, for the binds above.
+    #[arg(long, value_name = "PATH")]
+    pub guard_socket_for_daemon: Option<String>,
     /// Seconds the removal of the pod's containers may take after SIGTERM.
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub shutdown_seconds: u64,
@@ -395,6 +403,8 @@ impl GuardRunArgs {
         command.health_listen = self.metrics_listen;
         command.upstream_wait = self.upstream_wait;
         command.daemon_in_pod = self.daemon_in_pod;
+        command.daemon_socket_paths = self.daemon_socket_path.clone();
+        command.guard_socket_for_daemon = self.guard_socket_for_daemon.clone();
         Ok(command)
     }
 }

@@ -161,6 +161,9 @@ pub enum SidecarMode {
     Container,
 }
 
+/// The kubelet's default `--root-dir`.
+pub const DEFAULT_KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
+
 /// The guard image of this podmend release.
 pub const DEFAULT_GUARD_IMAGE: &str =
     concat!("ghcr.io/podmend/podmend:", env!("CARGO_PKG_VERSION"));
@@ -196,6 +199,9 @@ pub struct DindRmConfig {
     pub sidecar_mode: SidecarMode,
     /// Glob patterns (`*` only) on the image reference, digest ignored.
     pub daemon_images: Vec<String>,
+    /// The kubelet's `--root-dir`: where the node's Docker daemon finds a pod's emptyDir
+    /// volumes, so that a container's bind of the node's socket can be given the guard's.
+    pub kubelet_root_dir: String,
 }
 
 impl Default for DindRmConfig {
@@ -213,6 +219,7 @@ impl Default for DindRmConfig {
                 .iter()
                 .map(|p| p.to_string())
                 .collect(),
+            kubelet_root_dir: DEFAULT_KUBELET_ROOT_DIR.to_string(),
         }
     }
 }
@@ -399,6 +406,15 @@ impl DindRmConfig {
                 ));
             }
         }
+        if !self.kubelet_root_dir.starts_with('/') {
+            return Err((
+                "rules.dind-rm.kubeletRootDir".to_string(),
+                format!(
+                    "{:?} is not an absolute path; the kubelet's --root-dir, e.g. {DEFAULT_KUBELET_ROOT_DIR}",
+                    self.kubelet_root_dir
+                ),
+            ));
+        }
         Ok(())
     }
 }
@@ -527,6 +543,9 @@ rules:
                                # runs counts too, so a digest-pinned docker:dind is found
       - docker:*dind*          # docker:dind, docker:27-dind, docker:dind-rootless, docker:27.3.1-dind-alpine3.20
       - "*/docker:*dind*"      # the same from a registry or mirror: docker.io/library/docker:dind
+    kubeletRootDir: /var/lib/kubelet  # the kubelet's --root-dir: a container that a pod on the node's
+                               # socket starts with that socket bound in gets the guard's socket,
+                               # which the node's daemon finds in the pod's emptyDir under it
 
   # Opt-in. On virtual-kubelet nodes (Azure ACI virtual nodes) a pod can report every container
   # running while its phase is still Pending; clients that wait for Running (the Jenkins

@@ -350,6 +350,11 @@ pub struct GuardCommand {
     /// owners left on it was left by pods that are gone (its storage outlived them), and the
     /// guard removes it when it starts.
     pub daemon_in_pod: bool,
+    /// Paths at which the daemon finds its own socket when it resolves a container's bind:
+    /// such binds are rewritten to `guard_socket_for_daemon`, or refused without it.
+    pub daemon_socket_paths: Vec<String>,
+    /// The path at which the daemon finds this guard's socket.
+    pub guard_socket_for_daemon: Option<String>,
 }
 
 impl GuardCommand {
@@ -367,6 +372,8 @@ impl GuardCommand {
             health_listen: None,
             upstream_wait: DEFAULT_UPSTREAM_WAIT,
             daemon_in_pod: false,
+            daemon_socket_paths: Vec::new(),
+            guard_socket_for_daemon: None,
         }
     }
 
@@ -406,6 +413,12 @@ impl GuardCommand {
         }
         if self.daemon_in_pod {
             args.push("--daemon-in-pod".to_string());
+        }
+        for path in &self.daemon_socket_paths {
+            args.push(format!("--daemon-socket-path={path}"));
+        }
+        if let Some(path) = &self.guard_socket_for_daemon {
+            args.push(format!("--guard-socket-for-daemon={path}"));
         }
         args
     }

@@ -73,6 +73,11 @@ fn every_setting() -> Vec<GuardCommand> {
     commands.push(GuardCommand {
         upstream_wait: Duration::from_secs(300),
         daemon_in_pod: true,
+        daemon_socket_paths: vec!["/var/run/docker.sock".into(), "/run/docker.sock".into()],
+        guard_socket_for_daemon: Some(
+            "/var/lib/kubelet/pods/$(PODMEND_OWNER_POD_UID)/volumes/kubernetes.io~empty-dir/podmend-guard/docker.sock"
+                .into(),
+        ),
         ..base
     });
     commands

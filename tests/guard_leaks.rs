@@ -414,3 +414,112 @@ fn images_a_buildx_build_writes_through_the_guard_are_removed_when_the_pod_ends(
         assert!(images.lines().any(|i| i == kept), "{kept}: {images}");
     }
 }
+
+#[test]
+fn a_container_that_binds_the_daemons_socket_reaches_the_guard_and_what_it_creates_is_the_pods() {
+    // Testcontainers in a job container, Jenkins' `.inside('-v /var/run/docker.sock:...')`:
+    // the daemon resolves the bind in its own filesystem, where its own socket is.
+    let daemon = dockerd::shared();
+    let uid = uid("nested-socket");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("guard.sock");
+    let daemon_socket = daemon.socket().display().to_string();
+    let mut guard = Guard::spawn(
+        dir,
+        socket.clone(),
+        &["--listen", &format!("unix://{}", socket.display())],
+        &daemon.host(),
+        &uid,
+        &[
+            "--daemon-socket-path",
+            &daemon_socket,
+            "--guard-socket-for-daemon",
+            &socket.display().to_string(),
+        ],
+    );
+    guard.wait_for_socket();
+    // The docker CLI inside the container is the static one on the test machine.
+    let cli = dockerd::find_program("docker").expect("docker CLI");
+    let cli_bind = format!("{}:/usr/bin/docker:ro", cli.display());
+    let inner = ok(guard.docker().args(RUN).args([
+        "--rm",
+        "-v",
+        &format!("{daemon_socket}:/var/run/docker.sock"),
+        "-v",
+        &cli_bind,
+        "busybox",
+        "docker",
+        "run",
+        "-d",
+        "--pull=never",
+        "--network=none",
+        "busybox",
+        "sleep",
+        "300",
+    ]));
+    let inner = inner.trim();
+    assert_eq!(
+        common::guard::inspect(
+            daemon,
+            inner,
+            &format!("{{{{index .Config.Labels \"{OWNER}\"}}}}")
+        ),
+        uid,
+        "the inner container was created through the guard"
+    );
+    // A `--mount` of the socket reaches the guard too.
+    let mount = format!("type=bind,src={daemon_socket},dst=/var/run/docker.sock");
+    let listed = ok(guard.docker().args(RUN).args([
+        "--rm",
+        "--mount",
+        &mount,
+        "-v",
+        &cli_bind,
+        "busybox",
+        "docker",
+        "ps",
+        "-q",
+        "--no-trunc",
+    ]));
+    assert!(listed.lines().any(|id| id == inner), "{listed}");
+    assert!(guard.signal("-TERM").success(), "{}", guard.log());
+    assert!(
+        !exists(daemon, inner),
+        "the inner container goes with the pod"
+    );
+}
+
+#[test]
+fn a_bind_of_the_daemons_socket_is_refused_with_a_message_when_the_guard_has_none_to_give() {
+    let daemon = dockerd::shared();
+    let uid = uid("socket-refused");
+    let daemon_socket = daemon.socket().display().to_string();
+    let guard = Guard::start(
+        &daemon.host(),
+        &uid,
+        &["--daemon-socket-path", &daemon_socket],
+    );
+    let refused = output(guard.docker().args(RUN).args([
+        "--rm",
+        "-v",
+        &format!("{daemon_socket}:/var/run/docker.sock"),
+        "busybox",
+        "true",
+    ]));
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("may not bind the Docker daemon's socket"),
+        "{}",
+        text(&refused.stderr)
+    );
+    // Any other bind is as before.
+    let fine = ok(guard.docker().args(RUN).args([
+        "--rm",
+        "-v",
+        "/etc/hostname:/x:ro",
+        "busybox",
+        "cat",
+        "/x",
+    ]));
+    assert!(!fine.is_empty());
+}

@@ -121,13 +121,19 @@ pub async fn run(
     let metrics_server =
         MetricsServer::start(command.health_listen, Arc::clone(&guard_metrics), probes).await?;
     let listeners = bind_listeners(command).await?;
-    let shared = Arc::new(Shared::new(
-        upstream.clone(),
-        command.policy,
-        &options.owner_pod_uid,
-        Arc::clone(&guard_metrics),
-        command.upstream_wait,
-    ));
+    let shared = Arc::new(
+        Shared::new(
+            upstream.clone(),
+            command.policy,
+            &options.owner_pod_uid,
+            Arc::clone(&guard_metrics),
+            command.upstream_wait,
+        )
+        .with_socket_binds(policy::SocketBinds {
+            daemon: command.daemon_socket_paths.clone(),
+            guard: command.guard_socket_for_daemon.clone(),
+        }),
+    );
     let serving = Serving::start(listeners, &shared, &options);
     started.store(true, Ordering::Release);
     tracing::info!(

@@ -123,12 +123,15 @@ pub enum Refusal {
     /// A create body the guard cannot judge (not JSON, a field given twice, ...): 400 with
     /// this message.
     Unjudgeable(String),
+    /// A bind of the daemon's own socket where the guard has no socket of its own to give
+    /// instead: 403 with this message.
+    SocketBind(String),
 }
 
 impl Refusal {
     pub fn status(&self) -> u16 {
         match self {
-            Refusal::Swarm | Refusal::NoRm => 403,
+            Refusal::Swarm | Refusal::NoRm | Refusal::SocketBind(_) => 403,
             Refusal::BuildForm | Refusal::Unjudgeable(_) => 400,
             Refusal::ShuttingDown => 503,
         }
@@ -141,7 +144,7 @@ impl Refusal {
             Refusal::BuildForm => BUILD_FORM_MESSAGE,
             Refusal::NoRm => DENY_MESSAGE,
             Refusal::ShuttingDown => SHUTTING_DOWN_MESSAGE,
-            Refusal::Unjudgeable(message) => message,
+            Refusal::Unjudgeable(message) | Refusal::SocketBind(message) => message,
         }
     }
 }
@@ -307,13 +310,91 @@ pub struct GuardRequest<'a> {
     pub body: Option<&'a [u8]>,
 }
 
-/// The guard's verdict on one request under `policy` for the pod `owner`, the whole policy
-/// table in one place. `shutting_down` says the pod's clean-up has begun: creates are
-/// refused from then on. Container, network and volume creates are judged on their body:
-/// asked without it, the answer is [`Action::ReadBody`].
+/// Binds of the daemon's own socket into a container, which would hand the container the
+/// daemon without the guard (Testcontainers' Ryuk, `docker run -v
+/// /var/run/docker.sock:/var/run/docker.sock`, Jenkins' `.inside`). The daemon resolves a bind
+/// source in its own filesystem: `daemon` are the paths at which it finds its own socket there,
+/// `guard` the path at which it finds this guard's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SocketBinds {
+    pub daemon: Vec<String>,
+    /// Binds of a `daemon` path are rewritten to this one; without it, refused.
+    pub guard: Option<String>,
+}
+
+impl SocketBinds {
+    /// What a bind of `source` becomes: `None` when it is no daemon socket, else the guard's
+    /// path, or `Err` when there is none to give.
+    fn rewrite(&self, source: &str) -> Option<Result<String, Refusal>> {
+        let source = normalise_path_text(source);
+        let reaches_daemon = self.daemon.iter().any(|daemon| {
+            let daemon = normalise_path_text(daemon);
+            daemon == source || run_alias(&daemon) == source
+        });
+        if !reaches_daemon {
+            return None;
+        }
+        Some(match &self.guard {
+            Some(guard) if normalise_path_text(guard) == source => return None,
+            Some(guard) => Ok(guard.clone()),
+            None => Err(Refusal::SocketBind(format!(
+                "podmend guard: a container may not bind the Docker daemon's socket ({source}): it would reach the daemon without the guard, and nothing it created would be cleaned up; this pod's guard has no socket the daemon can bind instead; ask the cluster admin"
+            ))),
+        })
+    }
+}
+
+/// A path with `.`, `..`, repeated and trailing slashes resolved, as the daemon's bind source
+/// is cleaned (Go's `filepath.Clean`).
+fn normalise_path_text(path: &str) -> String {
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            other => segments.push(other),
+        }
+    }
+    format!("/{}", segments.join("/"))
+}
+
+/// `/var/run/X` for `/run/X` and back: one directory on every distribution that has both.
+fn run_alias(path: &str) -> String {
+    match (path.strip_prefix("/var/run/"), path.strip_prefix("/run/")) {
+        (Some(rest), _) => format!("/run/{rest}"),
+        (_, Some(rest)) => format!("/var/run/{rest}"),
+        _ => path.to_string(),
+    }
+}
+
+/// The guard's verdict on one request under `policy` for the pod `owner`, with no socket
+/// binds to rewrite ([`verdict_with`]).
 pub fn verdict(
     policy: Policy,
     owner: &str,
+    shutting_down: bool,
+    request: &GuardRequest<'_>,
+) -> GuardVerdict {
+    verdict_with(
+        policy,
+        owner,
+        &SocketBinds::default(),
+        shutting_down,
+        request,
+    )
+}
+
+/// The guard's verdict on one request under `policy` for the pod `owner`, the whole policy
+/// table in one place. `shutting_down` says the pod's clean-up has begun: creates are
+/// refused from then on. Container, network and volume creates are judged on their body:
+/// asked without it, the answer is [`Action::ReadBody`]. A container create's binds of the
+/// daemon's socket are rewritten to the guard's by `binds`.
+pub fn verdict_with(
+    policy: Policy,
+    owner: &str,
+    binds: &SocketBinds,
     shutting_down: bool,
     request: &GuardRequest<'_>,
 ) -> GuardVerdict {
@@ -332,7 +413,7 @@ pub fn verdict(
                 _ if shutting_down => verdict(Action::Refuse(Refusal::ShuttingDown)),
                 None => verdict(Action::ReadBody),
                 Some(body) if kind == RequestKind::ContainerCreate => {
-                    judge_container_create(policy, owner, target, body)
+                    judge_container_create(policy, owner, binds, target, body)
                 }
                 Some(body) => verdict(judge_labelled_create(kind, owner, body)),
             }
@@ -567,8 +648,14 @@ fn query_name(target: &str) -> Option<String> {
 
 /// The verdict on a container create's `body`: the owner label added, `AutoRemove` set or
 /// the reap label added as the policy says, or refused.
-fn judge_container_create(policy: Policy, owner: &str, target: &str, body: &[u8]) -> GuardVerdict {
-    let (action, create, volumes) = match decide_create(policy, owner, body) {
+fn judge_container_create(
+    policy: Policy,
+    owner: &str,
+    binds: &SocketBinds,
+    target: &str,
+    body: &[u8],
+) -> GuardVerdict {
+    let (action, create, volumes) = match decide_create(policy, owner, binds, body) {
         Ok((mut create, sent, volumes)) => {
             create.name = query_name(target);
             match sent {
@@ -576,7 +663,8 @@ fn judge_container_create(policy: Policy, owner: &str, target: &str, body: &[u8]
                 None => (Action::Refuse(Refusal::NoRm), Some(create), Vec::new()),
             }
         }
-        Err(message) => (
+        Err(CreateError::Refused(refusal)) => (Action::Refuse(refusal), None, Vec::new()),
+        Err(CreateError::Unjudgeable(message)) => (
             Action::Refuse(Refusal::Unjudgeable(format!(
                 "podmend guard: cannot judge the container create request: {message}"
             ))),
@@ -678,8 +766,27 @@ fn create_decision(policy: Policy, facts: &CreateFacts) -> Option<(CreateDecisio
 /// named volumes its binds would have the daemon create.
 type DecidedCreate = (CreateVerdict, Option<Vec<u8>>, Vec<NamedVolume>);
 
+/// Why a container create is not passed on.
+enum CreateError {
+    /// Its body cannot be judged.
+    Unjudgeable(String),
+    /// It binds what it may not.
+    Refused(Refusal),
+}
+
+impl From<String> for CreateError {
+    fn from(message: String) -> Self {
+        CreateError::Unjudgeable(message)
+    }
+}
+
 /// Judges a container create body under `policy`.
-fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<DecidedCreate, String> {
+fn decide_create(
+    policy: Policy,
+    owner: &str,
+    binds: &SocketBinds,
+    body: &[u8],
+) -> Result<DecidedCreate, CreateError> {
     let mut config = json_object(body)?;
     let facts = read_create(&mut config)?;
     let verdict = |decision, set_auto_remove| CreateVerdict {
@@ -692,6 +799,7 @@ fn decide_create(policy: Policy, owner: &str, body: &[u8]) -> Result<DecidedCrea
         return Ok((verdict(CreateDecision::Deny, false), None, Vec::new()));
     };
     let volumes = bound_volumes(&mut config)?;
+    rewrite_socket_binds(&mut config, binds)?;
     let sent = rewrite_create(config, owner, set_auto_remove, reap)?;
     Ok((verdict(decision, set_auto_remove), Some(sent), volumes))
 }
@@ -731,6 +839,53 @@ fn bound_volumes(config: &mut Map<String, Value>) -> Result<Vec<NamedVolume>, St
         }
     }
     Ok(volumes)
+}
+
+/// Rewrites every bind of the daemon's socket (`HostConfig.Binds` sources, `HostConfig.Mounts`
+/// of type `bind`) to the guard's socket, or refuses the create when there is none to give.
+fn rewrite_socket_binds(
+    config: &mut Map<String, Value>,
+    binds: &SocketBinds,
+) -> Result<(), CreateError> {
+    if binds.daemon.is_empty() {
+        return Ok(());
+    }
+    let Some(Value::Object(host)) = config.get_mut("HostConfig") else {
+        return Ok(());
+    };
+    canonicalise(host, "Binds")?;
+    canonicalise(host, "Mounts")?;
+    if let Some(Value::Array(list)) = host.get_mut("Binds") {
+        for bind in list.iter_mut() {
+            let Some(text) = bind.as_str() else { continue };
+            let Some((source, rest)) = text.split_once(':') else {
+                continue;
+            };
+            if let Some(rewritten) = binds.rewrite(source) {
+                *bind = Value::String(format!(
+                    "{}:{rest}",
+                    rewritten.map_err(CreateError::Refused)?
+                ));
+            }
+        }
+    }
+    if let Some(Value::Array(mounts)) = host.get_mut("Mounts") {
+        for mount in mounts.iter_mut().filter_map(Value::as_object_mut) {
+            canonicalise(mount, "Type")?;
+            canonicalise(mount, "Source")?;
+            if mount.get("Type").and_then(Value::as_str) != Some("bind") {
+                continue;
+            }
+            let Some(source) = mount.get("Source").and_then(Value::as_str) else {
+                continue;
+            };
+            if let Some(rewritten) = binds.rewrite(source) {
+                let rewritten = rewritten.map_err(CreateError::Refused)?;
+                mount.insert("Source".to_string(), Value::String(rewritten));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Adds the owner label to the `VolumeOptions.Labels` of every `HostConfig.Mounts` entry of
@@ -1530,6 +1685,72 @@ mod tests {
         );
         assert_eq!(refused.action, Action::Refuse(Refusal::NoRm));
         assert!(refused.volumes.is_empty());
+    }
+
+    #[test]
+    fn binds_of_the_daemons_socket_however_spelled_get_the_guards_or_are_refused() {
+        let binds = SocketBinds {
+            daemon: vec!["/var/run/docker.sock".to_string()],
+            guard: Some("/pods/u/guard.sock".to_string()),
+        };
+        for source in [
+            "/var/run/docker.sock",
+            "/run/docker.sock",
+            "//var/run//docker.sock/",
+            "/var/./run/../run/docker.sock",
+        ] {
+            assert_eq!(
+                binds.rewrite(source),
+                Some(Ok("/pods/u/guard.sock".to_string())),
+                "{source}"
+            );
+        }
+        for other in [
+            "/var/run",
+            "/var/run/docker.sock.bak",
+            "/home/docker.sock",
+            "/pods/u/guard.sock",
+        ] {
+            assert_eq!(binds.rewrite(other), None, "{other}");
+        }
+        let refusing = SocketBinds {
+            guard: None,
+            ..binds.clone()
+        };
+        assert!(matches!(
+            refusing.rewrite("/run/docker.sock"),
+            Some(Err(Refusal::SocketBind(_)))
+        ));
+        let body = json!({"Image": "busybox", "HostConfig": {
+            "Binds": ["/run/docker.sock:/var/run/docker.sock:ro", "/src:/src"],
+            "Mounts": [{"Type": "bind", "Source": "/var/run/docker.sock", "Target": "/d.sock"}],
+        }});
+        let body = body.to_string();
+        let request = GuardRequest {
+            method: "POST",
+            target: "/containers/create",
+            form_body: false,
+            body: Some(body.as_bytes()),
+        };
+        let judged = verdict_with(Policy::Collect, UID, &binds, false, &request);
+        let Action::RewriteBody(sent) = judged.action else {
+            panic!("{judged:?}");
+        };
+        let sent: Value = serde_json::from_slice(&sent).unwrap();
+        assert_eq!(
+            sent["HostConfig"]["Binds"],
+            json!(["/pods/u/guard.sock:/var/run/docker.sock:ro", "/src:/src"])
+        );
+        assert_eq!(
+            sent["HostConfig"]["Mounts"][0]["Source"],
+            "/pods/u/guard.sock"
+        );
+        let refused = verdict_with(Policy::Collect, UID, &refusing, false, &request);
+        assert!(matches!(
+            refused.action,
+            Action::Refuse(Refusal::SocketBind(_))
+        ));
+        assert_eq!(refused.action.clone(), refused.action);
     }
 
     #[test]

@@ -49,7 +49,7 @@ use super::http::{
 use super::metrics::GuardMetrics;
 use super::policy::{
     self, Action, GuardRequest, GuardVerdict, MAX_CREATE_BODY, NamedVolume, OWNER_LABEL, Policy,
-    Refusal, RequestKind,
+    Refusal, RequestKind, SocketBinds,
 };
 use super::upstream::{BoxStream, DaemonUpstream};
 
@@ -100,6 +100,8 @@ pub struct Shared {
     wait_logged: AtomicBool,
     /// Image references the pod tagged through the guard (policy `collect`).
     images: Mutex<BTreeSet<String>>,
+    /// Binds of the daemon's socket, and the guard's to give instead.
+    socket_binds: SocketBinds,
 }
 
 impl Shared {
@@ -120,7 +122,14 @@ impl Shared {
             reached: AtomicBool::new(false),
             wait_logged: AtomicBool::new(false),
             images: Mutex::new(BTreeSet::new()),
+            socket_binds: SocketBinds::default(),
         }
+    }
+
+    /// Rewrites (or refuses) binds of the daemon's socket by `binds`.
+    pub fn with_socket_binds(mut self, binds: SocketBinds) -> Self {
+        self.socket_binds = binds;
+        self
     }
 
     /// The image references the pod tagged, in order.
@@ -313,9 +322,10 @@ async fn judge(
             form_body,
             body,
         };
-        policy::verdict(
+        policy::verdict_with(
             shared.policy,
             &shared.owner_pod_uid,
+            &shared.socket_binds,
             shutting_down,
             &question,
         )

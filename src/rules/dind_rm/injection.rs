@@ -200,7 +200,11 @@ fn in_front_of_node_socket(
     spec.volumes
         .get_or_insert_with(Vec::new)
         .push(empty_dir(GUARD_SOCKET_VOLUME));
-    let command = GuardCommand::new(listen, Address::Unix(upstream.into()), settings.policy);
+    let mut command = GuardCommand::new(listen, Address::Unix(upstream.into()), settings.policy);
+    if let Some(client) = place.clients.first() {
+        command.daemon_socket_paths = node_socket_paths(spec, &place.volume, client);
+        command.guard_socket_for_daemon = Some(guard_socket_on_node(settings, client));
+    }
     add_guard(spec, command, mounts, settings);
     Ok(vec![
         format!(
@@ -214,6 +218,45 @@ fn in_front_of_node_socket(
             names(&client_names)
         ),
     ])
+}
+
+/// The paths at which the node's daemon finds its own socket when it resolves a container's
+/// bind: the hostPath the pod mounts it from, and Docker's default paths.
+fn node_socket_paths(spec: &PodSpec, volume: &str, client: &NodeSocketClient) -> Vec<String> {
+    let mut paths: Vec<String> = Vec::new();
+    let host_path = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == volume)
+        .and_then(|v| v.host_path.as_ref())
+        .map(|h| h.path.trim_end_matches('/').to_string());
+    if let Some(path) = host_path {
+        if path.ends_with(&format!("/{}", client.socket_name)) {
+            push_new(&mut paths, path);
+        } else {
+            push_new(&mut paths, format!("{path}/{}", client.socket_name));
+        }
+    }
+    for default in ["/var/run/docker.sock", "/run/docker.sock"] {
+        push_new(&mut paths, default.to_string());
+    }
+    paths
+}
+
+/// Where the node's daemon finds the guard's socket for `client`: the pod's emptyDir on the
+/// node, `<root-dir>/pods/<uid>/volumes/kubernetes.io~empty-dir/<volume>` (the kubelet's
+/// `getPodVolumeDir`, pkg/kubelet/kubelet_getters.go, with the plugin name
+/// `kubernetes.io/empty-dir` escaped as `kubernetes.io~empty-dir`). The pod's UID is known
+/// only once it runs: the kubelet expands `$(PODMEND_OWNER_POD_UID)` in the guard's args from
+/// its downward-API environment variable.
+fn guard_socket_on_node(settings: &GuardSettings<'_>, client: &NodeSocketClient) -> String {
+    format!(
+        "{}/pods/$({OWNER_UID_ENV})/volumes/kubernetes.io~empty-dir/{GUARD_SOCKET_VOLUME}/{}/{}",
+        settings.config.kubelet_root_dir.trim_end_matches('/'),
+        client.sub_path,
+        client.socket_name
+    )
 }
 
 /// In place of the client's mount of the node's socket, the guard's socket directory where

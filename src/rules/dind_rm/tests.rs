@@ -500,6 +500,18 @@ fn the_node_s_socket_moves_to_the_guard_whose_socket_appears_where_the_client_ha
         command.upstream.to_string(),
         "unix:///podmend/host/docker.sock"
     );
+    // A container started with the node's socket bound in gets the guard's, which the node's
+    // daemon finds in the pod's emptyDir (the kubelet expands the pod UID in the args).
+    assert_eq!(
+        command.daemon_socket_paths,
+        vec!["/var/run/docker.sock", "/run/docker.sock"]
+    );
+    assert_eq!(
+        command.guard_socket_for_daemon.as_deref(),
+        Some(
+            "/var/lib/kubelet/pods/$(PODMEND_OWNER_POD_UID)/volumes/kubernetes.io~empty-dir/podmend-docker/var-run/docker.sock"
+        )
+    );
     assert_eq!(
         mounts(guard(&after)),
         vec![
