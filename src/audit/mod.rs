@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod manifests;
+pub mod merge_keys;
 pub mod policy_reports;
 pub mod report;
 pub mod snapshot;
