@@ -181,9 +181,12 @@ pub struct Summary {
     /// Objects with a pod spec podmend leaves alone (mirror pods, skip annotation, …).
     pub skipped: usize,
     pub findings: usize,
+    /// Findings with a repair, by the mode they are in; notes are in none of them.
     pub enforce: usize,
     pub warn: usize,
     pub deny: usize,
+    /// Findings with nothing to repair (what a rule left alone, and why), whatever the mode.
+    pub notes: usize,
     pub symptoms: usize,
     pub input_errors: usize,
 }
@@ -276,6 +279,7 @@ impl Report {
         for finding in &outcome.findings {
             self.summary.findings += 1;
             match finding.mode {
+                _ if finding.is_note() => self.summary.notes += 1,
                 Mode::Enforce => self.summary.enforce += 1,
                 Mode::Warn => self.summary.warn += 1,
                 Mode::Deny => self.summary.deny += 1,

@@ -187,8 +187,9 @@ pub fn policy_reports(report: &Report) -> Vec<Value> {
 
 /// The report as report objects of `format`: per namespace one report named `podmend-audit`
 /// (then `podmend-audit-2`, … while the results do not fit in [`MAX_REPORT_BYTES`]), and the
-/// same for objects without a namespace as cluster-scoped reports, last. Findings are `fail`
-/// (enforce, deny) or `warn`; symptoms are `warn`. Every object carries the labels
+/// same for objects without a namespace as cluster-scoped reports, last. Findings with a
+/// repair are `fail` (enforce, deny) or `warn`; notes (nothing to repair) are `skip`;
+/// symptoms are `warn`. Every object carries the labels
 /// `app.kubernetes.io/managed-by: podmend` and `podmend.io/report-set: podmend-audit`.
 pub fn reports(report: &Report, format: ReportFormat) -> Vec<Value> {
     let mut out = Vec::new();
@@ -218,6 +219,8 @@ fn results_by_namespace(report: &Report, format: ReportFormat) -> BTreeMap<&str,
     let mut by_namespace: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     for finding in &report.findings {
         let outcome = match finding.mode {
+            // A note changes nothing and asks nothing of anyone: no failure to chase.
+            _ if finding.patch.is_empty() => "skip",
             Mode::Enforce | Mode::Deny => "fail",
             Mode::Warn => "warn",
             Mode::Off => "skip",
