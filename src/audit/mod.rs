@@ -586,14 +586,23 @@ async fn write_policy_reports(
     let kind = reports.format.namespaced().kind;
     let mut line = format!("applied {} {kind}(s)", done.applied);
     if done.deleted.is_empty() {
-        line.push_str(", none stale\n");
+        line.push_str(", none stale");
     } else {
         line.push_str(&format!(
-            ", deleted {} stale: {}\n",
+            ", deleted {} stale: {}",
             done.deleted.len(),
             done.deleted.join(", ")
         ));
     }
+    if !done.skipped.is_empty() {
+        let skipped: Vec<String> = done
+            .skipped
+            .iter()
+            .map(|(namespace, why)| format!("{namespace} ({why})"))
+            .collect();
+        line.push_str(&format!("; skipped namespace(s) {}", skipped.join(", ")));
+    }
+    line.push('\n');
     write(out, &line)
 }
 

@@ -383,6 +383,21 @@ pub struct Applied {
     pub applied: usize,
     /// Stale report objects deleted, `namespace/name` (or `name`), in the order deleted.
     pub deleted: Vec<String>,
+    /// Namespaces whose reports were not written, each with why: being deleted, or gone.
+    pub skipped: Vec<(String, &'static str)>,
+}
+
+impl Applied {
+    /// Records that `namespace` gets no report, and says so on stderr once per namespace.
+    fn skip(&mut self, namespace: &str, why: &'static str, kind: &str, name: &str) {
+        if self.skipped.iter().any(|(ns, _)| ns == namespace) {
+            return;
+        }
+        eprintln!(
+            "podmend audit: namespace {namespace} {why}: its {kind} {name} is not written; the other namespaces' are"
+        );
+        self.skipped.push((namespace.to_string(), why));
+    }
 }
 
 /// Where [`apply_reports`] looks for stale reports.
@@ -399,7 +414,9 @@ pub struct ApplyScope<'a> {
 /// podmend's labels in `scope` but are not among `reports` (a namespace whose findings are
 /// gone, the extra parts of a report that shrank), each with a precondition on its UID. The
 /// cluster-scoped kind is only looked at when `reports` has a cluster-scoped object: a
-/// cluster audit never writes one (every object it reviews is namespaced).
+/// cluster audit never writes one (every object it reviews is namespaced). A namespace that
+/// is being deleted, or was deleted since the audit listed it, gets no report: it is said on
+/// stderr and in [`Applied::skipped`], and the other namespaces and the clean-up go on.
 pub async fn apply_reports(
     client: Client,
     format: ReportFormat,
@@ -417,6 +434,15 @@ pub async fn apply_reports(
         let shown = shown(namespace, name);
         match api.patch(name, &params, &Patch::Apply(report)).await {
             Ok(_) => done.applied += 1,
+            Err(kube::Error::Api(status)) => match namespace_gone(&status, namespace) {
+                // Skipped, and its name kept from the stale clean-up: the namespace goes
+                // with everything in it.
+                Some(why) => done.skip(namespace, why, kind.kind, name),
+                None => {
+                    let error = kube::Error::Api(status);
+                    return Err(request_error(format, &kind, "apply", &shown, error));
+                }
+            },
             Err(error) => return Err(request_error(format, &kind, "apply", &shown, error)),
         }
         kept.entry(kind.kind)
@@ -439,6 +465,30 @@ pub async fn apply_reports(
         }
     }
     Ok(done)
+}
+
+/// Why the API server refused a report in `namespace` because of the namespace itself:
+/// `None` for any other refusal. The NamespaceLifecycle admission plugin
+/// (`plugin/pkg/admission/namespace/lifecycle/admission.go`, `Lifecycle.Admit`) refuses to
+/// create anything in a terminating namespace (403, cause `NamespaceTerminating`) and answers
+/// the namespace's own 404 when it is gone.
+fn namespace_gone(status: &kube::core::Status, namespace: &str) -> Option<&'static str> {
+    let details = status.details.as_ref()?;
+    if namespace.is_empty() {
+        return None;
+    }
+    if status.code == 403
+        && details
+            .causes
+            .iter()
+            .any(|cause| cause.reason == "NamespaceTerminating")
+    {
+        return Some("is being deleted (the API server creates nothing in it)");
+    }
+    if status.code == 404 && details.kind == "namespaces" && details.name == namespace {
+        return Some("was deleted during the audit");
+    }
+    None
 }
 
 /// Kind → the (namespace, name) of each report object applied.
