@@ -629,3 +629,116 @@ fn replication_controllers_and_pod_templates_are_audited_like_other_workloads() 
     assert_eq!(repaired.status, 0);
     assert!(!repaired.stdout.contains("nodeName"), "{}", repaired.stdout);
 }
+
+/// The documents of a YAML stream, each as JSON; a stream that does not read fails the test.
+fn yaml_documents(text: &str) -> Vec<Value> {
+    use serde::Deserialize;
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|document| Value::deserialize(document).unwrap_or_else(|e| panic!("{e}:\n{text}")))
+        .collect()
+}
+
+#[test]
+fn a_document_marker_with_a_comment_or_content_before_a_repaired_document_keeps_it_a_document_of_its_own()
+ {
+    let input = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: ci}\ndata: {a: b}\n\
+--- # the pod\n\
+apiVersion: v1\nkind: Pod\nmetadata: {name: pinned, namespace: ci}\nspec:\n  nodeName: build-node-1\n  containers: [{name: a, image: busybox}]\n\
+--- {apiVersion: v1, kind: Pod, metadata: {name: inline, namespace: ci}, spec: {nodeName: build-node-2, containers: [{name: a, image: busybox}]}}\n";
+    let run = audit(&with_snapshot(&["-o", "yaml", "-"]), Some(input));
+    assert_eq!(run.status, 0, "{}", run.stderr);
+    assert!(run.stdout.contains("--- # the pod\n"), "{}", run.stdout);
+    let documents = yaml_documents(&run.stdout);
+    let names: Vec<(&str, &str)> = documents
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or(""),
+                d["metadata"]["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("ConfigMap", "settings"),
+            ("Pod", "pinned"),
+            ("Pod", "inline")
+        ],
+        "{}",
+        run.stdout
+    );
+    assert_eq!(documents[0]["data"], json!({"a": "b"}));
+    for pod in &documents[1..] {
+        assert!(pod["spec"].get("nodeName").is_none(), "{}", run.stdout);
+        assert!(pod["spec"]["affinity"]["nodeAffinity"].is_object(), "{pod}");
+    }
+}
+
+/// Two pods of one List: the second takes its node and its container's image and resources
+/// from the first through merge keys, as kubectl and Helm read them (go-yaml v2 under
+/// sigs.k8s.io/yaml: `decoder.mapping` and `decoder.merge` in gopkg.in/yaml.v2's decode.go).
+const MERGED_PODS: &str = "apiVersion: v1
+kind: List
+items:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: builder-a, namespace: ci}
+  spec: &builder-spec
+    nodeName: build-node-1
+    containers:
+    - &builder
+      name: build
+      image: registry.example/builder:1.2
+      resources:
+        requests: {cpu: 500m, memory: 1Gi}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: builder-b, namespace: ci}
+  spec:
+    <<: *builder-spec
+    containers:
+    - <<: *builder
+      name: build-b
+";
+
+#[test]
+fn a_node_name_that_arrives_through_a_merge_key_is_audited_and_o_yaml_keeps_the_merged_fields() {
+    let run = audit(&with_snapshot(&["-o", "json", "-"]), Some(MERGED_PODS));
+    let report: Value = serde_json::from_str(&run.stdout).expect("json report");
+    assert!(
+        report["errors"].as_array().expect("errors").is_empty(),
+        "{report:#}"
+    );
+    let findings = node_affinity_findings(&report);
+    let names: Vec<&str> = findings.iter().map(|(name, ..)| name.as_str()).collect();
+    assert_eq!(names, ["builder-a", "builder-b"], "{report:#}");
+    let (_, message, patch) = &findings[1];
+    assert!(
+        message.starts_with("spec.nodeName=build-node-1 became"),
+        "{message}"
+    );
+    assert!(patch.to_string().contains("/nodeName"), "{patch}");
+
+    let yaml = audit(&with_snapshot(&["-o", "yaml", "-"]), Some(MERGED_PODS));
+    assert_eq!(yaml.status, 0, "{}", yaml.stderr);
+    assert!(!yaml.stdout.contains("<<"), "{}", yaml.stdout);
+    let documents = yaml_documents(&yaml.stdout);
+    assert_eq!(documents.len(), 1, "{}", yaml.stdout);
+    let second = &documents[0]["items"][1];
+    assert_eq!(second["metadata"]["name"], "builder-b");
+    assert_eq!(
+        second["spec"]["containers"],
+        json!([{
+            "name": "build-b",
+            "image": "registry.example/builder:1.2",
+            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+        }]),
+        "{}",
+        yaml.stdout
+    );
+    assert!(second["spec"].get("nodeName").is_none(), "{}", yaml.stdout);
+    let again = audit(&with_snapshot(&["-o", "json", "-"]), Some(&yaml.stdout));
+    let report: Value = serde_json::from_str(&again.stdout).expect("json");
+    assert_eq!(report["summary"]["findings"], 0, "{}", again.stdout);
+}

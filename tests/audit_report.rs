@@ -221,7 +221,7 @@ fn the_table_has_a_header_a_row_per_finding_and_the_summary() {
     let summary = lines.last().unwrap();
     assert_eq!(
         *summary,
-        "5 objects, 4 findings (2 enforce, 1 warn, 1 deny), 1 symptom, 1 input error; \
+        "5 objects, 4 findings (2 enforce, 1 warn, 1 deny, 0 notes), 1 symptom, 1 input error; \
          1 without a pod spec skipped"
     );
 }
@@ -269,7 +269,7 @@ fn an_empty_report_says_no_findings_and_gives_the_summary() {
     let text = report::table(&Report::default(), false);
     assert_eq!(
         text,
-        "no findings\n\n0 objects, 0 findings (0 enforce, 0 warn, 0 deny), 0 symptoms, \
+        "no findings\n\n0 objects, 0 findings (0 enforce, 0 warn, 0 deny, 0 notes), 0 symptoms, \
          0 input errors; 0 without a pod spec skipped\n"
     );
 }

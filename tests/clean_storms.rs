@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use common::api_stub::{ApiStub, Call};
 use common::storm::{
     EVICTED_RS, NS, RS, SMALL_RS, evicted, failed_without_reason, healthy, key, small_storm, storm,
+    storm_pod,
 };
 use podmend::storms::{self, CleanOptions};
 use serde_json::Value;
@@ -427,6 +428,172 @@ async fn an_unreachable_pushgateway_and_a_reason_that_is_no_rejection_say_what_t
         run.stderr
     );
     assert!(deletes(&stub.calls()).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_stops_on_an_error_still_pushes_and_writes_success_0() {
+    // A real fault, not an emulated one: the kubeconfig names an API server that is gone
+    // (the stand-in stopped, its port closed).
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    {
+        let stub = stub_with(storm(3)).await;
+        std::fs::copy(stub.kubeconfig_path(), &kubeconfig).unwrap();
+    }
+    let pushes: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let gateway = pushgateway(pushes.clone()).await;
+    let file = dir.path().join("clean-storms.prom");
+    let output = tokio::process::Command::new(BIN)
+        .arg("clean-storms")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--pushgateway", &format!("http://{gateway}")])
+        .arg("--metrics-file")
+        .arg(&file)
+        .output()
+        .await
+        .expect("run podmend clean-storms");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    let pushes = pushes.lock().unwrap().clone();
+    assert_eq!(pushes.len(), 1, "the failure is pushed: {stderr}");
+    let text = std::fs::read_to_string(&file).expect("the failure is written to the file");
+    assert_eq!(pushes[0].2, text, "the same metrics both ways");
+    let samples = parse_samples(&text);
+    assert_eq!(samples["podmend_clean_storms_success"], 0.0, "{text}");
+    assert!(
+        samples["podmend_clean_storms_last_run_timestamp_seconds"] > 0.0,
+        "{text}"
+    );
+}
+
+/// The resource managers' rejections (kubernetes#84869): the topology manager's
+/// `TopologyAffinityError` and the static CPU manager policy's `SMTAlignmentError`, which
+/// the kubelet gives as the pod's reason through `GetPodAdmitResult`
+/// (`pkg/kubelet/cm/admission/errors.go`: the error's `Type()`), and lists among its
+/// admission rejections (`admissionRejectionReasons`, `pkg/kubelet/kubelet.go`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topology_affinity_and_smt_alignment_storms_are_cleaned_and_can_be_named_with_reason() {
+    let mut pods: Vec<Value> = (0..60)
+        .map(|i| {
+            storm_pod(
+                RS,
+                "5a6b7c8d-0000-4000-8000-000000000011",
+                "TopologyAffinityError",
+                i,
+            )
+        })
+        .collect();
+    pods.extend((0..60).map(|i| {
+        storm_pod(
+            SMALL_RS,
+            "5a6b7c8d-0000-4000-8000-000000000012",
+            "SMTAlignmentError",
+            i,
+        )
+    }));
+    let stub = stub_with(pods).await;
+    let fast = ["--deletes-per-second", "1000", "-n", NS];
+    let deleted_of = |stub: &ApiStub, owner: &str| {
+        deletes(&stub.calls())
+            .iter()
+            .filter(|c| c.path.contains(&format!("/pods/{owner}-")))
+            .count()
+    };
+
+    let mut args = vec!["--reason", "TopologyAffinityError"];
+    args.extend(fast);
+    let run = clean(&stub, &args).await;
+    assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(deleted_of(&stub, RS), 60 - KEEP, "{}", run.stdout);
+    assert_eq!(deleted_of(&stub, SMALL_RS), 0, "only the reason named");
+    assert!(
+        run.stdout.contains("(TopologyAffinityError)"),
+        "{}",
+        run.stdout
+    );
+
+    stub.clear_calls();
+    let run = clean(&stub, &fast).await;
+    assert!(run.status.success(), "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(deleted_of(&stub, SMALL_RS), 60 - KEEP, "{}", run.stdout);
+    assert_eq!(deleted_of(&stub, RS), 0, "{}", run.stdout);
+    assert!(run.stdout.contains("(SMTAlignmentError)"), "{}", run.stdout);
+}
+
+/// The pod GC's default ceiling (`--terminated-pod-gc-threshold` 12,500) and then some: the
+/// storm `clean-storms` exists for, as many `Failed` pods as Kubernetes lets pile up.
+const GC_CEILING_STORM: usize = 12_560;
+/// Peak RSS allowed to plan it: well inside the chart's 256Mi limit for the CronJob.
+const PLAN_PEAK_MIB: u64 = 100;
+
+/// Runs `podmend` with `args` to its end and returns its exit status, stdout and peak RSS in
+/// KiB: the highest `VmHWM` of `/proc/PID/status` read while it runs (every 2 ms; the mark
+/// only rises, so the last read holds the peak of everything before it). Not `ru_maxrss`: a
+/// spawned child's counts the memory of this test process, from which it was forked, until
+/// it executes `podmend` (Linux records the old address space's high-water mark at `exec`).
+fn run_measured(args: &[&str]) -> (i32, String, u64) {
+    use std::io::Read as _;
+    let mut child = std::process::Command::new(BIN)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("run podmend");
+    let status_file = format!("/proc/{}/status", child.id());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                let hwm = std::fs::read_to_string(&status_file)
+                    .ok()
+                    .and_then(|status| {
+                        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+                        line.split_whitespace().nth(1)?.parse::<u64>().ok()
+                    });
+                peak = peak.max(hwm.unwrap_or(0));
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            peak
+        })
+    };
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout)
+        .expect("read stdout");
+    // Its stdout closed: it is exiting. The sampler reads until it is reaped.
+    let status = child.wait().expect("podmend ends");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = sampler.join().expect("the sampler ends");
+    (status.code().unwrap_or(-1), stdout, peak)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_12560_failed_pods_is_planned_in_well_under_the_chart_s_256mi() {
+    let stub = stub_with(storm(GC_CEILING_STORM)).await;
+    let kubeconfig = stub.kubeconfig_path().to_str().unwrap().to_string();
+    let (code, stdout, peak_kib) = tokio::task::spawn_blocking(move || {
+        run_measured(&["clean-storms", "--kubeconfig", &kubeconfig, "--dry-run"])
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{stdout}");
+    let would = stdout
+        .lines()
+        .filter(|l| l.starts_with("would delete pod "))
+        .count();
+    assert_eq!(would, GC_CEILING_STORM - KEEP);
+    let peak_mib = peak_kib as f64 / 1024.0;
+    println!("clean-storms --dry-run, {GC_CEILING_STORM} Failed pods: peak RSS {peak_mib:.1} MiB");
+    assert!(
+        peak_kib < PLAN_PEAK_MIB * 1024,
+        "peak RSS {peak_mib:.1} MiB planning {GC_CEILING_STORM} Failed pods; the chart's CronJob has 256Mi"
+    );
 }
 
 /// `name{labels}` → value, from Prometheus text.

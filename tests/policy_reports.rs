@@ -163,6 +163,56 @@ fn a_namespace_of_20000_findings_is_split_into_valid_objects_under_1_mib() {
 }
 
 #[test]
+fn a_note_is_a_skip_in_every_report_and_counts_as_no_enforce_warn_or_deny_nor_for_fail_on() {
+    use podmend::audit::{EXIT_CLEAN, FailOn};
+    let engine = Engine::new(&Config::default());
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "agent", "namespace": "ci"},
+        "spec": {"template": {"spec": {"nodeName": "worker-17", "containers": [{"name": "agent", "image": "registry.example/ci/agent:4.2"}]}}}});
+    let source = Source {
+        file: "cluster".into(),
+        document: 0,
+        line: 0,
+        helm_source: None,
+        list_item: None,
+    };
+    // Without the node, podmend cannot know its taints: the template is left as it is and
+    // the finding is a note (the rule's mode is enforce).
+    let mut report = Report::default();
+    report.add_object(&engine, &StaticCluster::empty(), &deployment, source);
+    assert_eq!(report.findings.len(), 1, "{:#?}", report.findings);
+    assert!(
+        report.findings[0].patch.is_empty(),
+        "{:#?}",
+        report.findings
+    );
+    let summary = &report.summary;
+    assert_eq!(
+        (
+            summary.findings,
+            summary.notes,
+            summary.enforce,
+            summary.warn,
+            summary.deny
+        ),
+        (1, 1, 0, 0, 0),
+        "{summary:#?}"
+    );
+    assert_eq!(report.exit_status(FailOn::Warn), EXIT_CLEAN);
+    for format in FORMATS {
+        let objects = reports(&report, format);
+        assert_eq!(objects.len(), 1, "{format:?}");
+        assert_eq!(objects[0]["results"][0]["result"], "skip", "{format:?}");
+        assert_eq!(
+            objects[0]["summary"],
+            json!({"pass": 0, "fail": 0, "warn": 0, "error": 0, "skip": 1}),
+            "{format:?}"
+        );
+        assert_valid(format, &objects);
+    }
+}
+
+#[test]
 fn reports_with_symptoms_and_cluster_scoped_findings_pass_the_crd_schemas() {
     let mut report = findings("ci", 3);
     let mut cluster_scoped = report.findings[0].clone();

@@ -1,6 +1,7 @@
 //! Manifests in: files, directories (recursing into `*.yaml`, `*.yml`, `*.json`) and stdin;
 //! multi-document YAML, JSON, `kind: List`; each document's position and Helm `# Source:`
-//! comment kept. Manifests out (`-o yaml`): every document as it was, byte for byte, except
+//! comment kept; merge keys (`<<: *base`) resolved as kubectl and Helm resolve them
+//! ([`merge_keys`](super::merge_keys)). Manifests out (`-o yaml`): every document as it was, byte for byte, except
 //! the ones podmend repairs, which are written anew below their original leading comments, in
 //! YAML that every reader takes back as the same values ([`yaml`](super::yaml)).
 
@@ -12,6 +13,7 @@ use std::path::{Path, PathBuf};
 use json_patch::PatchOperation;
 use serde_json::Value;
 
+use super::merge_keys::Merged;
 use super::{InputError, ObjectRepair, Source};
 
 /// One input file (or stdin) split into documents.
@@ -271,6 +273,15 @@ struct Header {
     content_line: usize,
 }
 
+/// A `---` line with nothing after it but a comment (`--- # the pod`): part of the header.
+/// One with content after it (`--- {kind: Pod}`, `--- !!map`) starts the content.
+fn is_bare_marker(line: &str) -> bool {
+    is_marker(line, "---") && {
+        let rest = line[3..].trim();
+        rest.is_empty() || rest.starts_with('#')
+    }
+}
+
 fn header(chunk: &str, first_line: usize) -> Header {
     let mut header = Header {
         len: 0,
@@ -279,10 +290,7 @@ fn header(chunk: &str, first_line: usize) -> Header {
     };
     for line in chunk.split_inclusive('\n') {
         let bare = line.trim();
-        if bare.is_empty()
-            || bare.starts_with('#')
-            || (header.len == 0 && is_marker(bare, "---") && bare.len() == 3)
-        {
+        if bare.is_empty() || bare.starts_with('#') || (header.len == 0 && is_bare_marker(bare)) {
             if let Some(source) = bare.strip_prefix("# Source:") {
                 header.helm_source = Some(source.trim().to_string());
             }
@@ -311,8 +319,8 @@ fn parse_yaml_document(
     let value = if body.trim().is_empty() || body.trim() == "..." {
         None
     } else {
-        match serde_yaml_ng::from_str::<Value>(chunk) {
-            Ok(value) => checked_object(value, name, index, header.content_line, errors),
+        match serde_yaml_ng::from_str::<Merged>(chunk) {
+            Ok(Merged(value)) => checked_object(value, name, index, header.content_line, errors),
             Err(error) => {
                 let line = error
                     .location()
@@ -372,6 +380,13 @@ pub fn render_repaired(files: &[ManifestFile], repairs: &[ObjectRepair]) -> Stri
                 None => out.push_str(original),
                 Some(value) => {
                     out.push_str(&file.text[document.header.clone()]);
+                    // A marker with content on its line is not in the header; the
+                    // document written anew still needs it, or it runs on into the one
+                    // before.
+                    let content = &file.text[document.header.end..document.range.end];
+                    if content.lines().next().is_some_and(|l| is_marker(l, "---")) {
+                        out.push_str("---\n");
+                    }
                     out.push_str(&super::yaml::to_string(&value));
                     // A document its `...` line ended keeps it: the next document may start
                     // without `---`, and would otherwise run on into this one.

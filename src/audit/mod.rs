@@ -7,6 +7,7 @@
 
 pub mod cluster;
 pub mod manifests;
+pub mod merge_keys;
 pub mod policy_reports;
 pub mod report;
 pub mod snapshot;
@@ -180,9 +181,12 @@ pub struct Summary {
     /// Objects with a pod spec podmend leaves alone (mirror pods, skip annotation, …).
     pub skipped: usize,
     pub findings: usize,
+    /// Findings with a repair, by the mode they are in; notes are in none of them.
     pub enforce: usize,
     pub warn: usize,
     pub deny: usize,
+    /// Findings with nothing to repair (what a rule left alone, and why), whatever the mode.
+    pub notes: usize,
     pub symptoms: usize,
     pub input_errors: usize,
 }
@@ -275,6 +279,7 @@ impl Report {
         for finding in &outcome.findings {
             self.summary.findings += 1;
             match finding.mode {
+                _ if finding.is_note() => self.summary.notes += 1,
                 Mode::Enforce => self.summary.enforce += 1,
                 Mode::Warn => self.summary.warn += 1,
                 Mode::Deny => self.summary.deny += 1,
@@ -581,14 +586,23 @@ async fn write_policy_reports(
     let kind = reports.format.namespaced().kind;
     let mut line = format!("applied {} {kind}(s)", done.applied);
     if done.deleted.is_empty() {
-        line.push_str(", none stale\n");
+        line.push_str(", none stale");
     } else {
         line.push_str(&format!(
-            ", deleted {} stale: {}\n",
+            ", deleted {} stale: {}",
             done.deleted.len(),
             done.deleted.join(", ")
         ));
     }
+    if !done.skipped.is_empty() {
+        let skipped: Vec<String> = done
+            .skipped
+            .iter()
+            .map(|(namespace, why)| format!("{namespace} ({why})"))
+            .collect();
+        line.push_str(&format!("; skipped namespace(s) {}", skipped.join(", ")));
+    }
+    line.push('\n');
     write(out, &line)
 }
 

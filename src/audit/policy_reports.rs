@@ -187,8 +187,9 @@ pub fn policy_reports(report: &Report) -> Vec<Value> {
 
 /// The report as report objects of `format`: per namespace one report named `podmend-audit`
 /// (then `podmend-audit-2`, … while the results do not fit in [`MAX_REPORT_BYTES`]), and the
-/// same for objects without a namespace as cluster-scoped reports, last. Findings are `fail`
-/// (enforce, deny) or `warn`; symptoms are `warn`. Every object carries the labels
+/// same for objects without a namespace as cluster-scoped reports, last. Findings with a
+/// repair are `fail` (enforce, deny) or `warn`; notes (nothing to repair) are `skip`;
+/// symptoms are `warn`. Every object carries the labels
 /// `app.kubernetes.io/managed-by: podmend` and `podmend.io/report-set: podmend-audit`.
 pub fn reports(report: &Report, format: ReportFormat) -> Vec<Value> {
     let mut out = Vec::new();
@@ -218,6 +219,8 @@ fn results_by_namespace(report: &Report, format: ReportFormat) -> BTreeMap<&str,
     let mut by_namespace: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
     for finding in &report.findings {
         let outcome = match finding.mode {
+            // A note changes nothing and asks nothing of anyone: no failure to chase.
+            _ if finding.patch.is_empty() => "skip",
             Mode::Enforce | Mode::Deny => "fail",
             Mode::Warn => "warn",
             Mode::Off => "skip",
@@ -380,6 +383,21 @@ pub struct Applied {
     pub applied: usize,
     /// Stale report objects deleted, `namespace/name` (or `name`), in the order deleted.
     pub deleted: Vec<String>,
+    /// Namespaces whose reports were not written, each with why: being deleted, or gone.
+    pub skipped: Vec<(String, &'static str)>,
+}
+
+impl Applied {
+    /// Records that `namespace` gets no report, and says so on stderr once per namespace.
+    fn skip(&mut self, namespace: &str, why: &'static str, kind: &str, name: &str) {
+        if self.skipped.iter().any(|(ns, _)| ns == namespace) {
+            return;
+        }
+        eprintln!(
+            "podmend audit: namespace {namespace} {why}: its {kind} {name} is not written; the other namespaces' are"
+        );
+        self.skipped.push((namespace.to_string(), why));
+    }
 }
 
 /// Where [`apply_reports`] looks for stale reports.
@@ -396,7 +414,9 @@ pub struct ApplyScope<'a> {
 /// podmend's labels in `scope` but are not among `reports` (a namespace whose findings are
 /// gone, the extra parts of a report that shrank), each with a precondition on its UID. The
 /// cluster-scoped kind is only looked at when `reports` has a cluster-scoped object: a
-/// cluster audit never writes one (every object it reviews is namespaced).
+/// cluster audit never writes one (every object it reviews is namespaced). A namespace that
+/// is being deleted, or was deleted since the audit listed it, gets no report: it is said on
+/// stderr and in [`Applied::skipped`], and the other namespaces and the clean-up go on.
 pub async fn apply_reports(
     client: Client,
     format: ReportFormat,
@@ -414,6 +434,15 @@ pub async fn apply_reports(
         let shown = shown(namespace, name);
         match api.patch(name, &params, &Patch::Apply(report)).await {
             Ok(_) => done.applied += 1,
+            Err(kube::Error::Api(status)) => match namespace_gone(&status, namespace) {
+                // Skipped, and its name kept from the stale clean-up: the namespace goes
+                // with everything in it.
+                Some(why) => done.skip(namespace, why, kind.kind, name),
+                None => {
+                    let error = kube::Error::Api(status);
+                    return Err(request_error(format, &kind, "apply", &shown, error));
+                }
+            },
             Err(error) => return Err(request_error(format, &kind, "apply", &shown, error)),
         }
         kept.entry(kind.kind)
@@ -436,6 +465,30 @@ pub async fn apply_reports(
         }
     }
     Ok(done)
+}
+
+/// Why the API server refused a report in `namespace` because of the namespace itself:
+/// `None` for any other refusal. The NamespaceLifecycle admission plugin
+/// (`plugin/pkg/admission/namespace/lifecycle/admission.go`, `Lifecycle.Admit`) refuses to
+/// create anything in a terminating namespace (403, cause `NamespaceTerminating`) and answers
+/// the namespace's own 404 when it is gone.
+fn namespace_gone(status: &kube::core::Status, namespace: &str) -> Option<&'static str> {
+    let details = status.details.as_ref()?;
+    if namespace.is_empty() {
+        return None;
+    }
+    if status.code == 403
+        && details
+            .causes
+            .iter()
+            .any(|cause| cause.reason == "NamespaceTerminating")
+    {
+        return Some("is being deleted (the API server creates nothing in it)");
+    }
+    if status.code == 404 && details.kind == "namespaces" && details.name == namespace {
+        return Some("was deleted during the audit");
+    }
+    None
 }
 
 /// Kind → the (namespace, name) of each report object applied.

@@ -243,12 +243,13 @@ fn plural(count: usize, one: &str, many: &str) -> String {
 
 fn summary_line(summary: &Summary) -> String {
     let mut line = format!(
-        "{}, {} ({} enforce, {} warn, {} deny), {}, {}; {} without a pod spec skipped",
+        "{}, {} ({} enforce, {} warn, {} deny, {}), {}, {}; {} without a pod spec skipped",
         plural(summary.objects, "object", "objects"),
         plural(summary.findings, "finding", "findings"),
         summary.enforce,
         summary.warn,
         summary.deny,
+        plural(summary.notes, "note", "notes"),
         plural(summary.symptoms, "symptom", "symptoms"),
         plural(summary.input_errors, "input error", "input errors"),
         summary.without_pod_spec,
@@ -295,7 +296,8 @@ struct JsonReport<'a> {
 /// - `summary.withoutPodSpec`: objects without a pod spec (ConfigMaps, Services, …), skipped.
 /// - `summary.skipped`: objects with a pod spec podmend leaves alone (mirror pods, `podmend.io/skip`).
 /// - `summary.findings`: number of `findings`.
-/// - `summary.enforce` / `summary.warn` / `summary.deny`: findings in each mode.
+/// - `summary.enforce` / `summary.warn` / `summary.deny`: findings with a repair in each mode.
+/// - `summary.notes`: findings with nothing to repair (notes), in any mode.
 /// - `summary.symptoms`: number of `symptoms`.
 /// - `summary.inputErrors`: number of `errors`.
 /// - `findings[]`: one per rule per object.

@@ -3,7 +3,9 @@
 //! Pushgateway (`--pushgateway URL`: `PUT /metrics/job/podmend-clean-storms`, replacing the
 //! previous run's group, as Prometheus' docs advise for service-level batch jobs) and/or
 //! written as Prometheus text to a file (`--metrics-file`, written to a temporary file and
-//! renamed, as node_exporter's textfile collector needs). All are gauges of the last run.
+//! renamed, as node_exporter's textfile collector needs). All are gauges of the last run. A
+//! run that stops on an error hands them over too, with `success` 0 and nothing counted, so
+//! that an alert on `success == 0` fires.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -160,7 +162,7 @@ fn register_run(registry: &mut Registry, outcome: &CleanupOutcome) {
     );
     registry.register(
         "podmend_clean_storms_success",
-        "1 when the last run deleted every selected pod it could and posted every event; 0 otherwise",
+        "1 when the last run finished, deleted every selected pod it could and posted every event; 0 otherwise (also when it stopped on an error)",
         gauge(usize::from(outcome.succeeded())),
     );
     let duration = Gauge::<f64, AtomicU64>::default();
@@ -350,7 +352,7 @@ mod tests {
             ),
             (
                 "podmend_clean_storms_success",
-                "1 when the last run deleted every selected pod it could and posted every event; 0 otherwise.",
+                "1 when the last run finished, deleted every selected pod it could and posted every event; 0 otherwise (also when it stopped on an error).",
             ),
             (
                 "podmend_clean_storms_duration_seconds",

@@ -88,7 +88,7 @@ pub enum StormError {
     #[error(transparent)]
     Cluster(#[from] ClusterAuditError),
     #[error(
-        "--reason {0} is not a kubelet admission rejection; clean-storms only deletes pods the kubelet refused to admit (OutOfcpu, OutOfmemory, OutOf<resource>, NodeAffinity, NodeName, NodePorts, TaintToleration, …)"
+        "--reason {0} is not a kubelet admission rejection; clean-storms only deletes pods the kubelet refused to admit (OutOfcpu, OutOfmemory, OutOf<resource>, NodeAffinity, NodeName, NodePorts, TaintToleration, TopologyAffinityError, SMTAlignmentError, …)"
     )]
     NotARejection(String),
     #[error(
@@ -162,39 +162,11 @@ pub fn plan_from_pods<'a>(
     pods: impl IntoIterator<Item = &'a Value>,
     options: &CleanOptions,
 ) -> CleanupPlan {
-    let (listed, groups) = group_failed_pods(pods, options);
-    let mut plan = CleanupPlan {
-        listed,
-        ..CleanupPlan::default()
-    };
-    for ((_, _, _, reason), group) in groups {
-        let OwnerGroup {
-            owner,
-            owner_uid,
-            mut pods,
-        } = group;
-        if pods.len() < options.threshold.max(1) {
-            plan.below_threshold += 1;
-            continue;
-        }
-        pods.sort_by(|a, b| {
-            created_at(&a.created)
-                .cmp(&created_at(&b.created))
-                .then_with(|| a.name.cmp(&b.name))
-        });
-        let keep = pods.split_off(pods.len().saturating_sub(options.keep));
-        plan.storms.push(Storm {
-            owner,
-            owner_uid,
-            reason,
-            delete: pods,
-            keep,
-        });
+    let mut grouper = StormGrouper::new(options);
+    for pod in pods {
+        grouper.add(pod);
     }
-    // Biggest first; the map's order breaks ties (a stable sort).
-    plan.storms
-        .sort_by_key(|storm| std::cmp::Reverse(storm.count()));
-    plan
+    grouper.plan()
 }
 
 /// One controller's `Failed` pods of one reason.
@@ -207,29 +179,41 @@ struct OwnerGroup {
 /// (namespace, owner kind, owner name, reason).
 type GroupKey = (String, String, String, String);
 
-/// Counts `pods` and groups those selected (phase `Failed`, a wanted reason, a controller)
-/// by controller and reason.
-fn group_failed_pods<'a>(
-    pods: impl IntoIterator<Item = &'a Value>,
-    options: &CleanOptions,
-) -> (usize, BTreeMap<GroupKey, OwnerGroup>) {
-    let mut groups: BTreeMap<GroupKey, OwnerGroup> = BTreeMap::new();
-    let mut listed = 0;
-    for pod in pods {
-        listed += 1;
+/// Groups `Failed` pods one at a time as they are listed, keeping of each selected pod only
+/// what the clean-up uses ([`StormPod`], and its owner and reason once per group): a storm
+/// of 12,560 pods is never held as 12,560 whole pods (BENCHMARKS.md, storm clean-up memory).
+pub struct StormGrouper<'a> {
+    options: &'a CleanOptions,
+    groups: BTreeMap<GroupKey, OwnerGroup>,
+    listed: usize,
+}
+
+impl<'a> StormGrouper<'a> {
+    pub fn new(options: &'a CleanOptions) -> Self {
+        Self {
+            options,
+            groups: BTreeMap::new(),
+            listed: 0,
+        }
+    }
+
+    /// Counts `pod` and, when it is selected (phase `Failed`, a wanted reason, a
+    /// controller), keeps what the clean-up needs of it.
+    pub fn add(&mut self, pod: &Value) {
+        self.listed += 1;
         let Some((owner, reason)) = failed_pod_group(pod) else {
-            continue;
+            return;
         };
-        let wanted = if options.reasons.is_empty() {
+        let wanted = if self.options.reasons.is_empty() {
             is_admission_rejection(&reason)
         } else {
-            options.reasons.contains(&reason)
+            self.options.reasons.contains(&reason)
         };
         let Some(controller) = controller_of(pod) else {
-            continue;
+            return;
         };
         if !wanted {
-            continue;
+            return;
         }
         let key = (
             owner.namespace.clone(),
@@ -237,7 +221,7 @@ fn group_failed_pods<'a>(
             owner.name.clone(),
             reason,
         );
-        let group = groups.entry(key).or_insert_with(|| OwnerGroup {
+        let group = self.groups.entry(key).or_insert_with(|| OwnerGroup {
             owner,
             owner_uid: controller.uid.clone(),
             pods: Vec::new(),
@@ -249,7 +233,43 @@ fn group_failed_pods<'a>(
             created: text(pod, "/metadata/creationTimestamp").to_string(),
         });
     }
-    (listed, groups)
+
+    /// The plan: each group of at least the threshold a storm, biggest first.
+    pub fn plan(self) -> CleanupPlan {
+        let options = self.options;
+        let mut plan = CleanupPlan {
+            listed: self.listed,
+            ..CleanupPlan::default()
+        };
+        for ((_, _, _, reason), group) in self.groups {
+            let OwnerGroup {
+                owner,
+                owner_uid,
+                mut pods,
+            } = group;
+            if pods.len() < options.threshold.max(1) {
+                plan.below_threshold += 1;
+                continue;
+            }
+            pods.sort_by(|a, b| {
+                created_at(&a.created)
+                    .cmp(&created_at(&b.created))
+                    .then_with(|| a.name.cmp(&b.name))
+            });
+            let keep = pods.split_off(pods.len().saturating_sub(options.keep));
+            plan.storms.push(Storm {
+                owner,
+                owner_uid,
+                reason,
+                delete: pods,
+                keep,
+            });
+        }
+        // Biggest first; the map's order breaks ties (a stable sort).
+        plan.storms
+            .sort_by_key(|storm| std::cmp::Reverse(storm.count()));
+        plan
+    }
 }
 
 /// A creation time for ordering: parsed, so that any RFC 3339 spelling orders right; an
@@ -272,17 +292,17 @@ pub async fn plan(client: &Client, options: &CleanOptions) -> Result<CleanupPlan
         needs: NEEDS,
     };
     let resource = ApiResource::erase::<Pod>(&());
-    let mut pods = Vec::new();
+    let mut grouper = StormGrouper::new(options);
     let params = ListParams::default().fields("status.phase=Failed");
     let (_, requests) = lister
         .list_json(client, &resource, "Failed pods", params, |pod| {
-            pods.push(pod)
+            grouper.add(&pod)
         })
         .await?;
     if options.progress {
         eprintln!();
     }
-    let mut plan = plan_from_pods(&pods, options);
+    let mut plan = grouper.plan();
     plan.list_requests = requests;
     Ok(plan)
 }
@@ -314,6 +334,8 @@ pub struct CleanupOutcome {
     pub api_requests: usize,
     pub duration: Duration,
     pub finished_unix: u64,
+    /// The run stopped on an error before it finished.
+    pub stopped: bool,
 }
 
 impl CleanupOutcome {
@@ -355,9 +377,20 @@ impl CleanupOutcome {
         false
     }
 
-    /// No delete and no Event failed.
+    /// A run that stopped on an error after `duration`: nothing counted, not a success.
+    fn stopped(dry_run: bool, duration: Duration) -> Self {
+        CleanupOutcome {
+            dry_run,
+            duration,
+            finished_unix: unix_now(),
+            stopped: true,
+            ..CleanupOutcome::default()
+        }
+    }
+
+    /// The run finished, and no delete and no Event failed.
     pub fn succeeded(&self) -> bool {
-        self.failed == 0 && self.events_failed == 0
+        !self.stopped && self.failed == 0 && self.events_failed == 0
     }
 
     /// The one line a run ends with.
@@ -670,11 +703,34 @@ pub struct CleanStormsOptions {
 }
 
 /// Runs `podmend clean-storms`: plans, cleans (or lists, with `--dry-run`), prints the summary
-/// line, hands the metrics over. True when nothing failed.
+/// line, hands the metrics over. True when nothing failed. A run that stops on an error
+/// (the API server unreachable, a list or delete forbidden, a bad `--reason`) still hands
+/// over metrics, with `success` 0, so that the last success does not stand for it.
 pub async fn clean_command(
     options: &CleanStormsOptions,
     out: &mut dyn Write,
 ) -> Result<bool, StormError> {
+    let started = Instant::now();
+    match clean_and_summarize(options, out).await {
+        Ok(outcome) => {
+            hand_over_metrics(options, &outcome).await?;
+            Ok(outcome.succeeded())
+        }
+        Err(error) => {
+            let stopped = CleanupOutcome::stopped(options.clean.dry_run, started.elapsed());
+            if let Err(metrics_error) = hand_over_metrics(options, &stopped).await {
+                eprintln!("podmend clean-storms: {metrics_error}");
+            }
+            Err(error)
+        }
+    }
+}
+
+/// Plans, cleans and prints the summary line.
+async fn clean_and_summarize(
+    options: &CleanStormsOptions,
+    out: &mut dyn Write,
+) -> Result<CleanupOutcome, StormError> {
     let clean = &options.clean;
     let client = crate::audit::cluster::client_for(
         options.kubeconfig.as_deref(),
@@ -686,14 +742,22 @@ pub async fn clean_command(
     // client_for's GET /version, which checks the API server answers.
     outcome.api_requests += 1;
     writeln!(out, "{}", outcome.summary()).map_err(StormError::Write)?;
-    let text = metrics::render(&outcome);
+    Ok(outcome)
+}
+
+/// Writes the metrics file and pushes to the Pushgateway, as the options ask.
+async fn hand_over_metrics(
+    options: &CleanStormsOptions,
+    outcome: &CleanupOutcome,
+) -> Result<(), StormError> {
+    let text = metrics::render(outcome);
     if let Some(path) = &options.metrics_file {
         metrics::write_file(path, &text)?;
     }
     if let Some(url) = &options.pushgateway {
-        metrics::push(url, clean.namespace.as_deref(), &text).await?;
+        metrics::push(url, options.clean.namespace.as_deref(), &text).await?;
     }
-    Ok(outcome.succeeded())
+    Ok(())
 }
 
 #[cfg(test)]

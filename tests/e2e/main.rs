@@ -14,6 +14,7 @@ mod agent_requests;
 #[path = "../common/mod.rs"]
 mod common;
 mod install;
+mod maintenance;
 mod node_affinity;
 mod pinniped;
 mod real_node;
@@ -139,6 +140,14 @@ const TESTS: &[Test] = &[
     (
         "a_node_whose_kubelet_stops_with_its_pod_still_running_leaves_nothing_behind",
         real_node::a_node_whose_kubelet_stops_with_its_pod_still_running_leaves_nothing_behind,
+    ),
+    (
+        "a_namespace_being_deleted_is_skipped_by_the_report_refresh_which_goes_on_with_the_others_and_the_clean_up",
+        maintenance::a_namespace_being_deleted_is_skipped_by_the_report_refresh_which_goes_on_with_the_others_and_the_clean_up,
+    ),
+    (
+        "an_expired_continue_token_is_followed_with_the_token_the_410_carries_and_every_pod_is_planned_once",
+        maintenance::an_expired_continue_token_is_followed_with_the_token_the_410_carries_and_every_pod_is_planned_once,
     ),
     (
         "a_suite_that_panics_or_is_killed_leaves_no_component_running",

@@ -53,7 +53,7 @@ pub enum ClusterAuditError {
         needs: &'static str,
     },
     #[error(
-        "listing {resource} {scope} expired while paging (410 Gone: {message}); run the audit again, or with a larger --page-size"
+        "listing {resource} {scope} expired while paging (410 Gone: {message}), and the API server gave no token to go on with, or it kept expiring; run again, or with a larger --page-size so that the list needs fewer pages"
     )]
     ListExpired {
         resource: String,

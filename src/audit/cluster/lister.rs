@@ -1,6 +1,7 @@
 //! Paginated lists (`limit` and `continue`), with progress on a terminal: how `audit
 //! --cluster`, the report clean-up and `clean-storms` read the cluster, never a whole
-//! collection in one answer.
+//! collection in one answer. A list whose continue token expires (410 Gone) goes on with the
+//! token the API server gives for the rest, and says so on stderr.
 
 use std::fmt::{self, Debug};
 use std::future::Future;
@@ -128,11 +129,21 @@ impl Lister<'_> {
         let mut count = 0usize;
         let mut requests = 0usize;
         self.show(what, count);
+        let mut expired = 0;
         loop {
             requests += 1;
-            let (items, continue_token) = fetch(params.clone())
-                .await
-                .map_err(|error| list_error(what, &scope, self.needs, error))?;
+            let (items, continue_token) = match fetch(params.clone()).await {
+                Ok(page) => page,
+                Err(error) => match token_after_expiry(&error, &params) {
+                    Some(token) if expired < MAX_EXPIRED => {
+                        expired += 1;
+                        eprintln!("{}", going_on_after_expiry(what, &scope));
+                        params = params.continue_token(&token);
+                        continue;
+                    }
+                    _ => return Err(list_error(what, &scope, self.needs, error)),
+                },
+            };
             for item in items {
                 each(item);
                 count += 1;
@@ -164,6 +175,38 @@ impl Lister<'_> {
             let _ = stderr.flush();
         }
     }
+}
+
+/// Expired continue tokens one list goes on from, at most: each expiry means a page took
+/// longer than the API server keeps the list's snapshot, and a list that keeps expiring is
+/// better run again than patched together from ever newer states.
+const MAX_EXPIRED: usize = 3;
+
+/// The token to go on with when `error` is a 410 Gone on a continued list that carries one.
+///
+/// When the etcd revision a `continue` token reads at has been compacted, the API server
+/// answers 410 (`ResourceExpired`) and puts in the Status' `metadata.continue` a token for the
+/// rest of the list at the latest revision (`handleCompactedErrorForPaging` in
+/// `k8s.io/apiserver/pkg/storage/etcd3/store.go`; its message says so: "use the continue token
+/// in this response to retrieve the remainder of the results"). Going on with it lists every
+/// object after the last one listed, as it is now: no object twice, none of the pages already
+/// read again.
+fn token_after_expiry(error: &kube::Error, params: &ListParams) -> Option<String> {
+    match error {
+        kube::Error::Api(status) if status.code == 410 && params.continue_token.is_some() => status
+            .metadata
+            .as_ref()
+            .and_then(|meta| meta.continue_.clone())
+            .filter(|token| !token.is_empty()),
+        _ => None,
+    }
+}
+
+/// The log line for a list that goes on after its continue token expired.
+fn going_on_after_expiry(what: &str, scope: &str) -> String {
+    format!(
+        "podmend: listing {what} {scope}: the continue token expired (410 Gone: the API server no longer keeps the list's snapshot); going on with the token it gave, from the object after the last one listed, as the cluster is now (objects created or deleted meanwhile may or may not be listed)"
+    )
 }
 
 /// A list page as [`Lister::list_json`] reads it: the list's metadata and its items.

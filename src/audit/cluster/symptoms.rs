@@ -15,11 +15,25 @@ use super::{text, thousands};
 use crate::audit::{ObjectRef, Symptom, SymptomKind};
 use crate::rules::virtual_node_phase;
 
-/// The reasons the kubelet gives a pod it refuses to admit
-/// (`pkg/kubelet/lifecycle/predicate.go`, `predicateAdmitHandler.Admit` and `generalFilter`),
-/// besides `OutOf<resource>`: the scheduler plugins it re-runs (`NodeAffinity`, `NodeName`,
-/// `NodePorts`), the NoExecute taint check (`TaintToleration`) and the checks before them.
-/// A rejected pod is `Failed` at once, and its controller replaces it at once: the storm.
+/// The reasons the kubelet gives a pod it refuses to admit, besides `OutOf<resource>`. A
+/// rejected pod is `Failed` at once, and its controller replaces it at once: the storm.
+///
+/// - `pkg/kubelet/lifecycle/predicate.go` (`predicateAdmitHandler.Admit`, `generalFilter`):
+///   the scheduler plugins it re-runs (`NodeAffinity`, `NodeName`, `NodePorts`), the
+///   NoExecute taint check (`TaintToleration`) and the checks before them.
+/// - `pkg/kubelet/lifecycle/handlers.go`: `AppArmorNotAdmittedReason`,
+///   `PodLevelResourcesNotAdmittedReason`, `PodFeatureUnsupported`.
+/// - `pkg/kubelet/cm/admission/errors.go` (`GetPodAdmitResult`): the resource managers'
+///   rejections carry their error's `Type()`: `TopologyAffinityError`
+///   (`pkg/kubelet/cm/topologymanager/topology_manager.go`, `ErrorTopologyAffinity`),
+///   `SMTAlignmentError` (`pkg/kubelet/cm/cpumanager/policy_static.go`, `ErrorSMTAlignment`),
+///   and `UnexpectedAdmissionError` for any other error (a device plugin gone, …).
+/// - `pkg/kubelet/sysctl/allowlist.go` (`ForbiddenReason`) and
+///   `pkg/kubelet/nodeshutdown` (`NodeShutdownNotAdmittedReason`).
+///
+/// The kubelet's own list, `admissionRejectionReasons` in `pkg/kubelet/kubelet.go` (the
+/// reasons of `kubelet_admission_rejections_total`), also has the eviction manager's
+/// `Evicted`, left out here: evicted pods that ran carry it too.
 pub const ADMISSION_REJECTIONS: &[&str] = &[
     "NodeAffinity",
     "NodeName",
@@ -33,6 +47,13 @@ pub const ADMISSION_REJECTIONS: &[&str] = &[
     "UnexpectedAdmissionError",
     "UnknownReason",
     "UnexpectedPredicateFailureType",
+    "AppArmor",
+    "PodLevelResourcesNotSupported",
+    "PodFeatureUnsupported",
+    "TopologyAffinityError",
+    "SMTAlignmentError",
+    "SysctlForbidden",
+    "NodeShutdown",
 ];
 
 /// Whether a `Failed` pod's `status.reason` is a kubelet admission rejection: `OutOfcpu`,

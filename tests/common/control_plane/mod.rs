@@ -58,6 +58,13 @@ impl ControlPlane {
     /// namespace exists. On failure, the error holds each component's command line and
     /// last log lines.
     pub async fn start() -> Result<ControlPlane, String> {
+        Self::start_with_apiserver_args(&[]).await
+    }
+
+    /// [`Self::start`], with `extra` on kube-apiserver's command line (a test that needs a
+    /// setting the suite's control plane must not have, e.g. a short
+    /// `--etcd-compaction-interval`, starts a control plane of its own).
+    pub async fn start_with_apiserver_args(extra: &[&str]) -> Result<ControlPlane, String> {
         let binaries = Binaries::find()?;
         let dir = tempfile::Builder::new()
             .prefix("podmend-e2e-")
@@ -92,7 +99,11 @@ impl ControlPlane {
         let apiserver = Process::start(
             "kube-apiserver",
             &plane.binaries.kube_apiserver,
-            &apiserver_args(&plane.pki, port, etcd_client),
+            &[
+                apiserver_args(&plane.pki, port, etcd_client),
+                extra.iter().map(|arg| arg.to_string()).collect(),
+            ]
+            .concat(),
             plane.dir.path(),
         )?;
         *lock(&plane.apiserver) = Some(apiserver);
