@@ -300,8 +300,12 @@ fn with_webhook_url_every_webhook_calls_the_url_and_nothing_runs_in_the_cluster(
         ),
     ] {
         let mut values = url_values(url, &ca_bundle);
-        // The status.podmend.io entry too.
-        values["rules"] = json!({"virtualNodePhase": {"mode": "enforce"}});
+        // The status.podmend.io entry too, and the validating configuration (registered
+        // while a rule denies).
+        values["rules"] = json!({
+            "virtualNodePhase": {"mode": "enforce"},
+            "nodeAffinity": {"mode": "deny"}
+        });
         let render = common::chart::render(&values, RELEASE, NAMESPACE);
 
         let mut names = Vec::new();

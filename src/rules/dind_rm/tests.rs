@@ -661,7 +661,8 @@ fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capabil
         Address::Unix("/podmend/daemon/docker.sock".into()),
         Policy::Collect,
     );
-    expected.health_listen = Some("0.0.0.0:9798".parse().expect("address"));
+    // `[::]`: the kubelet probes the pod IP, IPv6 on IPv6 clusters.
+    expected.health_listen = Some("[::]:9798".parse().expect("address"));
     assert_eq!(guard["args"], json!(expected.to_args()));
     assert_eq!(
         guard["env"],
