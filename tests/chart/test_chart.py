@@ -181,11 +181,17 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
         assert ar[key] == rules["agentRequests"][key]
     # dind-rm: exactly the keys podmend's config has for it, nothing the schema of this
     # podmend version would refuse.
-    assert set(dr) == {"mode", "templates", "policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "guardImage", "daemonImages"}
+    assert set(dr) == {"mode", "templates", "policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "guardImage",
+                       "guardImageNeedsPullSecret", "daemonImages"}
     for key in ("policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "daemonImages"):
         assert dr[key] == rules["dindRm"][key], f"{case}: dind-rm {key}"
     image = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert dr["guardImage"] == (rules["dindRm"]["guardImage"] or image), "the guard defaults to the webhook's own image"
+    # The chart's image from a registry with pull secrets: those exist in the release
+    # namespace only, so pods elsewhere without one are left alone.
+    assert dr["guardImageNeedsPullSecret"] == (
+        rules["dindRm"]["guardImageNeedsPullSecret"] or (not rules["dindRm"]["guardImage"] and bool(values["imagePullSecrets"]))
+    ), case
     if "virtual-node-phase" in config["rules"]:
         assert config["rules"]["virtual-node-phase"] == {
             "mode": mode(rules["virtualNodePhase"]["mode"]),
@@ -715,6 +721,24 @@ def test_the_validating_webhook_is_registered_only_while_a_rule_denies(rules, re
     granted = {r["resources"][0] for r in cluster_rules if r["apiGroups"] == ["admissionregistration.k8s.io"]}
     assert granted == ({"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} if registered
                        else {"mutatingwebhookconfigurations"})
+
+
+@pytest.mark.parametrize(
+    ("values", "needs"),
+    [
+        pytest.param({}, False, id="public-image"),
+        pytest.param({"imagePullSecrets": [{"name": "regcred"}]}, True, id="private-registry"),
+        pytest.param({"imagePullSecrets": [{"name": "regcred"}], "rules": {"dindRm": {"guardImage": "mirror.example/podmend:1"}}},
+                     False, id="guard-image-elsewhere"),
+        pytest.param({"rules": {"dindRm": {"guardImageNeedsPullSecret": True}}}, True, id="said-so"),
+    ],
+)
+def test_a_private_registry_makes_dind_pods_without_a_pull_secret_be_left_alone(values, needs):
+    # imagePullSecrets exist in the release namespace only: a DinD pod elsewhere without a
+    # pull secret would wait in Init:ErrImagePull for the chart's image as its guard.
+    config_map = next(d for d in by_kind(render(values), "ConfigMap") if "config.yaml" in d["data"])
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["rules"]["dind-rm"]["guardImageNeedsPullSecret"] is needs
 
 
 def test_the_webhook_port_is_a_value_that_the_container_and_the_service_follow():
