@@ -227,36 +227,22 @@ fn curl_in(netns: &NetNs, args: &[&str]) -> (bool, String) {
     (output.status.success(), text)
 }
 
-/// On IPv6-only and IPv6-first clusters the pod IP the probes and the API server dial is an
-/// IPv6 one; on IPv4 ones an IPv4 one. `serve` with no `--listen` flags listens on `[::]`
-/// dual-stack, so both reach it, also where the node's `net.ipv6.bindv6only=1` would make a
-/// plain `[::]` socket IPv6-only. Run in a network namespace the test creates, with an IPv6
-/// unique-local address and `::1` besides `127.0.0.1`.
-#[test]
-fn serve_on_its_default_addresses_answers_over_ipv6_and_ipv4_even_where_ipv6_sockets_are_ipv6_only()
-{
-    let netns = NetNs::create();
-    netns.sysctl("net.ipv6.bindv6only=1");
+/// `podmend serve` with its default addresses inside `netns`, with certificates for
+/// localhost, 127.0.0.1, ::1 and the namespace's IPv6 address, ready at `ready_host` (a
+/// host of a URL); the process, and the directory holding `certs/` and `serve.log`.
+fn serve_in(netns: &NetNs, ready_host: &str) -> (Reaped, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = dir.path().join("certs");
     let status = Command::new(BIN)
-        .args([
-            "certs",
-            "--dns",
-            "localhost",
-            "--dns",
-            "127.0.0.1",
-            "--dns",
-            "::1",
-        ])
-        .args(["--dns", netns::IPV6, "--out"])
+        .args(["certs", "--dns", "localhost", "--dns", "127.0.0.1"])
+        .args(["--dns", "::1", "--dns", netns::IPV6, "--out"])
         .arg(&certs)
         .stdout(std::process::Stdio::null())
         .status()
         .expect("run podmend certs");
     assert!(status.success());
     let log = dir.path().join("serve.log");
-    let _serve = Reaped(
+    let serve = Reaped(
         netns
             .command(BIN)
             .arg("serve")
@@ -271,50 +257,79 @@ fn serve_on_its_default_addresses_answers_over_ipv6_and_ipv4_even_where_ipv6_soc
             .spawn()
             .expect("start podmend serve in the namespace"),
     );
-    let readyz = format!("http://[{}]:9090/readyz", netns::IPV6);
+    let readyz = format!("http://{ready_host}:9090/readyz");
     let deadline = Instant::now() + Duration::from_secs(20);
-    while curl_in(&netns, &["-f", &readyz]).1 != "ok\n" {
+    while curl_in(netns, &["-f", &readyz]).1 != "ok\n" {
         assert!(
             Instant::now() < deadline,
-            "not ready over IPv6 within 20 s: {:?}\nlog:\n{}",
-            curl_in(&netns, &["-f", &readyz]),
+            "not ready at {readyz} within 20 s: {:?}\nlog:\n{}",
+            curl_in(netns, &["-f", &readyz]),
             std::fs::read_to_string(&log).unwrap_or_default()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    (serve, dir)
+}
+
+/// A review sent to `/mutate` at `host` (of a URL) is answered, allowed, and the metrics port
+/// answers there too.
+fn answers_at(netns: &NetNs, dir: &Path, host: &str) {
     let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"containers": [{"name": "web", "image": "nginx"}]}});
-    let review = dir.path().join("review.json");
+    let review = dir.join("review.json");
     std::fs::write(
         &review,
-        create_review("ipv6-uid", &pod, "default").to_string(),
+        create_review("ip-uid", &pod, "default").to_string(),
     )
     .expect("write review");
-    let ca = certs.join("ca.crt");
+    let ca = dir.join("certs/ca.crt");
     let data = format!("@{}", review.display());
-    for host in [
-        format!("[{}]", netns::IPV6),
-        "[::1]".to_string(),
-        "127.0.0.1".to_string(),
-    ] {
-        let (ok, body) = curl_in(
-            &netns,
-            &[
-                "--cacert",
-                ca.to_str().expect("utf-8 path"),
-                "-H",
-                "Content-Type: application/json",
-                "--data-binary",
-                &data,
-                &format!("https://{host}:8443/mutate"),
-            ],
-        );
-        assert!(ok, "{host}: {body}");
-        let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON answer");
-        assert_eq!(answer["response"]["uid"], "ipv6-uid", "{host}: {body}");
-        assert_eq!(answer["response"]["allowed"], true, "{host}: {body}");
-        let (ok, health) = curl_in(&netns, &["-f", &format!("http://{host}:9090/healthz")]);
-        assert!(ok, "{host} metrics port: {health}");
+    let (ok, body) = curl_in(
+        netns,
+        &[
+            "--cacert",
+            ca.to_str().expect("utf-8 path"),
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            &data,
+            &format!("https://{host}:8443/mutate"),
+        ],
+    );
+    assert!(ok, "{host}: {body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON answer");
+    assert_eq!(answer["response"]["uid"], "ip-uid", "{host}: {body}");
+    assert_eq!(answer["response"]["allowed"], true, "{host}: {body}");
+    let (ok, health) = curl_in(netns, &["-f", &format!("http://{host}:9090/healthz")]);
+    assert!(ok, "{host} metrics port: {health}");
+}
+
+/// On IPv6-only and IPv6-first clusters the pod IP the probes and the API server dial is an
+/// IPv6 one; on IPv4 ones an IPv4 one. `serve` with no `--listen` flags listens on `[::]`
+/// dual-stack, so both reach it, also where the node's `net.ipv6.bindv6only=1` would make a
+/// plain `[::]` socket IPv6-only. Run in a network namespace the test creates, with an IPv6
+/// unique-local address and `::1` besides `127.0.0.1`.
+#[test]
+fn serve_on_its_default_addresses_answers_over_ipv6_and_ipv4_even_where_ipv6_sockets_are_ipv6_only()
+{
+    let netns = NetNs::create();
+    netns.sysctl("net.ipv6.bindv6only=1");
+    let ipv6 = format!("[{}]", netns::IPV6);
+    let (_serve, dir) = serve_in(&netns, &ipv6);
+    for host in [ipv6.as_str(), "[::1]", "127.0.0.1"] {
+        answers_at(&netns, dir.path(), host);
     }
+}
+
+/// A node with IPv6 turned off by sysctl (`disable_ipv6` on every interface) still lets
+/// `[::]` bind, and serves IPv4 there: the default needs no flag on IPv4-only nodes.
+#[test]
+fn serve_on_its_default_addresses_answers_over_ipv4_where_ipv6_is_turned_off() {
+    let netns = NetNs::create();
+    netns.sysctl("net.ipv6.conf.all.disable_ipv6=1");
+    netns.sysctl("net.ipv6.conf.default.disable_ipv6=1");
+    netns.sysctl("net.ipv6.conf.lo.disable_ipv6=1");
+    let (_serve, dir) = serve_in(&netns, "127.0.0.1");
+    answers_at(&netns, dir.path(), "127.0.0.1");
 }
