@@ -59,11 +59,11 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address of the HTTPS webhook.
-    #[arg(long, default_value = "0.0.0.0:8443", env = "PODMEND_LISTEN")]
+    /// Address of the HTTPS webhook; `[::]` takes IPv4 and IPv6 connections.
+    #[arg(long, default_value = "[::]:8443", env = "PODMEND_LISTEN")]
     pub listen: SocketAddr,
     /// Address of the plain-HTTP port for /metrics, /healthz and /readyz.
-    #[arg(long, default_value = "0.0.0.0:9090", env = "PODMEND_METRICS_LISTEN")]
+    #[arg(long, default_value = "[::]:9090", env = "PODMEND_METRICS_LISTEN")]
     pub metrics_listen: SocketAddr,
     /// Serving certificate (PEM, full chain); reloaded when it changes.
     #[arg(
@@ -79,6 +79,10 @@ pub struct ServeArgs {
         env = "PODMEND_TLS_KEY"
     )]
     pub tls_key: PathBuf,
+    /// While --tls-cert or --tls-key does not exist, wait for it (/readyz says what it waits
+    /// for) instead of exiting: for a certificate that cert-manager issues after the pod starts.
+    #[arg(long, env = "PODMEND_TLS_WAIT_FOR_FILES")]
+    pub tls_wait_for_files: bool,
     /// CA certificate(s), PEM, that a client certificate must chain to: only clients presenting
     /// one complete the TLS handshake. Use it when the API server presents a client
     /// certificate (a kubeconfig in its AdmissionConfiguration names it) so that nothing else
@@ -150,6 +154,10 @@ pub struct SelfTlsArgs {
     /// Seconds between re-checks of the Secret (tests use seconds; default hourly).
     #[arg(long, default_value_t = 3600, hide = true, value_parser = clap::value_parser!(u64).range(1..))]
     pub tls_check_seconds: u64,
+    /// Seconds between a caBundle change and serving a certificate of the new CA, for every
+    /// API server's watch of the webhook configurations to catch up.
+    #[arg(long, default_value_t = 5, hide = true, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub tls_ca_settle_seconds: u64,
 }
 
 impl ServeArgs {
@@ -172,6 +180,7 @@ impl ServeArgs {
             shutdown_delay: Duration::from_secs(self.shutdown_delay_seconds),
             cache_stale_after: Duration::from_secs(self.cache_stale_seconds),
             self_tls,
+            tls_wait_for_files: self.tls_wait_for_files,
             benchmark_null_route: self.benchmark_null_route,
             client_ca: self.client_ca,
             after_cache_list: || {},
@@ -196,6 +205,7 @@ impl SelfTlsArgs {
             renew_before_days: self.tls_renew_before_days,
             validity_days: self.tls_validity_days,
             check_interval: Duration::from_secs(self.tls_check_seconds),
+            ca_settle: Duration::from_secs(self.tls_ca_settle_seconds),
             cert_path: cert_path.to_path_buf(),
             key_path: key_path.to_path_buf(),
         })

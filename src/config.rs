@@ -196,6 +196,9 @@ pub struct DindRmConfig {
     pub max_exited: u32,
     pub node_agents: NodeAgents,
     pub guard_image: String,
+    /// The guard image's registry needs a pull secret: a pod without `imagePullSecrets` is
+    /// left alone, since its guard could not be pulled.
+    pub guard_image_needs_pull_secret: bool,
     pub sidecar_mode: SidecarMode,
     /// Glob patterns (`*` only) on the image reference, digest ignored.
     pub daemon_images: Vec<String>,
@@ -214,6 +217,7 @@ impl Default for DindRmConfig {
             max_exited: DEFAULT_MAX_EXITED,
             node_agents: NodeAgents::Skip,
             guard_image: DEFAULT_GUARD_IMAGE.to_string(),
+            guard_image_needs_pull_secret: false,
             sidecar_mode: SidecarMode::Native,
             daemon_images: DEFAULT_DAEMON_IMAGES
                 .iter()
@@ -535,6 +539,9 @@ rules:
     guardImage: ghcr.io/podmend/podmend:"#,
     env!("CARGO_PKG_VERSION"),
     r#"
+    guardImageNeedsPullSecret: false  # guardImage's registry needs a pull secret: pods without
+                               # imagePullSecrets (their own or their ServiceAccount's) are
+                               # left alone, and the finding says why
     sidecarMode: native        # native: init container with restartPolicy Always (Kubernetes >= 1.29),
                                # first of all, so every client starts after it;
                                # container: a regular container, for older clusters (init containers

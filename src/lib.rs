@@ -19,6 +19,7 @@
 //!   policies, paths, Docker addresses, the guard's command line.
 //! - [`guard`]: `podmend guard`, the Docker API proxy of DinD pods, and `guard reap`.
 //! - [`server`]: `podmend serve`: the HTTPS webhook, the metrics port, TLS reloading.
+//! - [`listen`]: binding the served TCP ports, `[::]` dual-stack.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`certs`]: `podmend certs`, a development PKI.
 #![forbid(unsafe_code)]
@@ -33,6 +34,7 @@ pub mod config;
 pub mod dind;
 pub mod engine;
 pub mod guard;
+pub mod listen;
 pub mod metrics;
 pub mod quantity;
 pub mod rules;

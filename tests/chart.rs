@@ -162,6 +162,7 @@ fn non_defaults() -> Vec<(&'static str, &'static str, Value)> {
         ("dindRm", "nodeAgents", json!("guard")),
         ("dindRm", "sidecarMode", json!("container")),
         ("dindRm", "guardImage", json!("registry.example/podmend:1")),
+        ("dindRm", "guardImageNeedsPullSecret", json!(true)),
         (
             "dindRm",
             "daemonImages",
@@ -300,8 +301,12 @@ fn with_webhook_url_every_webhook_calls_the_url_and_nothing_runs_in_the_cluster(
         ),
     ] {
         let mut values = url_values(url, &ca_bundle);
-        // The status.podmend.io entry too.
-        values["rules"] = json!({"virtualNodePhase": {"mode": "enforce"}});
+        // The status.podmend.io entry too, and the validating configuration (registered
+        // while a rule denies).
+        values["rules"] = json!({
+            "virtualNodePhase": {"mode": "enforce"},
+            "nodeAffinity": {"mode": "deny"}
+        });
         let render = common::chart::render(&values, RELEASE, NAMESPACE);
 
         let mut names = Vec::new();

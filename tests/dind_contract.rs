@@ -65,6 +65,10 @@ fn every_setting() -> Vec<GuardCommand> {
         ..base.clone()
     });
     commands.push(GuardCommand {
+        health_listen: Some("[::]:9797".parse().expect("address")),
+        ..base.clone()
+    });
+    commands.push(GuardCommand {
         min_age: Duration::from_secs(0),
         max_exited: 0,
         upstream_wait: Duration::from_secs(0),

@@ -77,6 +77,7 @@ fn options(dir: &Path, validity_days: u64, renew_before_days: u64) -> SelfTlsOpt
         renew_before: Duration::from_secs(renew_before_days * DAY),
         validity: Duration::from_secs(validity_days * DAY),
         check_interval: Duration::from_secs(1),
+        ca_settle: Duration::ZERO,
         cert_path: dir.join("tls.crt"),
         key_path: dir.join("tls.key"),
     }

@@ -343,9 +343,9 @@ async fn readyz(upstream: DaemonUpstream) -> (StatusCode, String) {
     }
 }
 
-/// Binds the metrics port.
+/// Binds the metrics port (an IPv6 address dual-stack: [`crate::listen`]).
 pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(address).await
+    crate::listen::bind(address)
 }
 
 #[cfg(test)]

@@ -87,6 +87,9 @@ pub struct ServeOptions {
     pub cache_stale_after: Duration,
     /// `--tls-self-manage`: keep the certificate in a Secret and write it to `tls_cert`/`tls_key`.
     pub self_tls: Option<selftls::SelfTlsOptions>,
+    /// `--tls-wait-for-files`: while `tls_cert` or `tls_key` does not exist, wait for it
+    /// (not ready) instead of exiting: cert-manager creates the Secret after the pod starts.
+    pub tls_wait_for_files: bool,
     /// Also serve [`paths::NULL`], the load generator's baseline.
     pub benchmark_null_route: bool,
     /// `--client-ca`: only clients presenting a certificate signed by a CA in this PEM file
@@ -101,8 +104,9 @@ pub struct ServeOptions {
 pub struct Readiness {
     shutting_down: AtomicBool,
     caches: Option<CacheReadiness>,
-    /// Set while TLS self-management has not put a certificate in place yet.
-    certificate_pending: AtomicBool,
+    /// Why there is no serving certificate yet: TLS self-management has not put one in
+    /// place, or the certificate files are not there yet. `None` once one is loaded.
+    certificate_pending: std::sync::Mutex<Option<String>>,
 }
 
 impl Readiness {
@@ -110,12 +114,25 @@ impl Readiness {
         if self.shutting_down.load(Ordering::Relaxed) {
             return Some("shutting down".to_string());
         }
-        if self.certificate_pending.load(Ordering::Relaxed) {
-            return Some("no serving certificate yet (TLS self-management)".to_string());
+        if let Some(reason) = self
+            .certificate_pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Some(reason);
         }
         self.caches
             .as_ref()
             .and_then(CacheReadiness::not_ready_reason)
+    }
+
+    /// Sets (or, with `None`, clears) why there is no serving certificate yet.
+    fn set_certificate_pending(&self, reason: Option<String>) {
+        *self
+            .certificate_pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = reason;
     }
 }
 
@@ -140,7 +157,7 @@ impl AppState {
             readiness: Readiness {
                 shutting_down: AtomicBool::new(false),
                 caches,
-                certificate_pending: AtomicBool::new(false),
+                certificate_pending: std::sync::Mutex::new(None),
             },
         }
     }
@@ -219,10 +236,11 @@ pub async fn serve(
     };
     let (lookups, self_tls) = connect_cluster(&options).await?;
     let state = Arc::new(AppState::new(&config, lookups.cluster, lookups.caches));
-    state
-        .readiness
-        .certificate_pending
-        .store(self_tls.is_some(), Ordering::Relaxed);
+    if self_tls.is_some() {
+        state.readiness.set_certificate_pending(Some(
+            "no serving certificate yet (TLS self-management)".to_string(),
+        ));
+    }
 
     let webhook_listener = bind(options.listen).await?;
     let metrics_listener = bind(options.metrics_listen).await?;
@@ -230,9 +248,14 @@ pub async fn serve(
     let metrics_server = spawn_metrics_server(metrics_listener, state.clone(), stop_rx.clone());
 
     let mut shutdown = std::pin::pin!(shutdown);
-    if let Some(self_tls) = &self_tls
-        && !reload::first_certificate(self_tls, &mut shutdown).await
-    {
+    let certificate_in_place = match &self_tls {
+        Some(self_tls) => reload::first_certificate(self_tls, &mut shutdown).await,
+        None if options.tls_wait_for_files => {
+            reload::certificate_files(&options, &state, &mut shutdown).await
+        }
+        None => true,
+    };
+    if !certificate_in_place {
         let _ = stop_tx.send(true);
         let _ = metrics_server.await;
         return Ok(());
@@ -300,10 +323,7 @@ fn load_certificate(
     let certs = Arc::new(CertStore::load(&options.tls_cert, &options.tls_key)?);
     let tls_config = tls::webhook_server_config(certs.clone(), options.client_ca.as_deref())?;
     state.metrics.set_certificate_expiry(certs.not_after_unix());
-    state
-        .readiness
-        .certificate_pending
-        .store(false, Ordering::Relaxed);
+    state.readiness.set_certificate_pending(None);
     Ok((certs, tls_config))
 }
 
@@ -384,7 +404,5 @@ async fn drain(state: &AppState, delay: Duration, stop: tokio::sync::watch::Send
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| ServeError::Bind { addr, source })
+    crate::listen::bind(addr).map_err(|source| ServeError::Bind { addr, source })
 }

@@ -37,6 +37,44 @@ pub(super) async fn first_certificate<F: Future<Output = ()>>(
     }
 }
 
+/// Waits until both `--tls-cert` and `--tls-key` exist, checking every reload interval, with
+/// `/readyz` saying what it waits for; false when `shutdown` came first. A Secret volume
+/// marked optional (the chart's, in certManager mode) is mounted empty while the Secret does
+/// not exist, and the kubelet fills it once cert-manager has issued the certificate.
+pub(super) async fn certificate_files<F: Future<Output = ()>>(
+    options: &ServeOptions,
+    state: &AppState,
+    shutdown: &mut Pin<&mut F>,
+) -> bool {
+    let mut logged = None;
+    loop {
+        let missing: Vec<String> = [&options.tls_cert, &options.tls_key]
+            .into_iter()
+            .filter(|path| !path.exists())
+            .map(|path| path.display().to_string())
+            .collect();
+        if missing.is_empty() {
+            return true;
+        }
+        let reason = format!(
+            "waiting for the serving certificate: {} not there yet (with cert-manager: the \
+             Certificate is not issued yet; see kubectl describe certificate)",
+            missing.join(" and ")
+        );
+        if logged.as_ref() != Some(&reason) {
+            tracing::warn!("{reason}");
+            state
+                .readiness
+                .set_certificate_pending(Some(reason.clone()));
+            logged = Some(reason);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(options.reload_interval) => {}
+            _ = shutdown.as_mut() => return false,
+        }
+    }
+}
+
 /// Runs TLS self-management's periodic renewal; each renewed certificate is loaded into
 /// `certs` at once, without waiting for the reload poll.
 pub(super) fn spawn_renewals(

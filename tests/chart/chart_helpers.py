@@ -103,6 +103,26 @@ def mode(value: Any) -> str:
     return "off" if value is False else value
 
 
+def deny_active(values: dict[str, Any]) -> bool:
+    """Whether some rule of these effective values refuses objects (mode or templates deny):
+    only then does the chart register the validating webhook."""
+    rules = values["rules"]
+    return any(
+        mode(rules[r][key]) == "deny"
+        for r in ("nodeAffinity", "agentRequests", "dindRm", "virtualNodePhase")
+        for key in ("mode", "templates")
+        if key in rules[r]
+    )
+
+
+def webhook_configurations(docs: list[dict[str, Any]], values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The mutating configuration, and the validating one, which is there exactly while a rule
+    denies (checked here)."""
+    validating = by_kind(docs, "ValidatingWebhookConfiguration")
+    assert len(validating) == (1 if deny_active(values) else 0), [v["metadata"]["name"] for v in validating]
+    return [one(docs, "MutatingWebhookConfiguration"), *validating]
+
+
 def is_test_hook(doc: dict[str, Any]) -> bool:
     """Whether `doc` exists only during `helm test`."""
     return (doc["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"

@@ -49,6 +49,7 @@ from chart_helpers import (
     route_constants,
     strip,
     values_of,
+    webhook_configurations,
     webhook_objects,
 )
 from kubernetes_validate.utils import SchemaNotFoundError
@@ -180,11 +181,17 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
         assert ar[key] == rules["agentRequests"][key]
     # dind-rm: exactly the keys podmend's config has for it, nothing the schema of this
     # podmend version would refuse.
-    assert set(dr) == {"mode", "templates", "policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "guardImage", "daemonImages"}
+    assert set(dr) == {"mode", "templates", "policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "guardImage",
+                       "guardImageNeedsPullSecret", "daemonImages"}
     for key in ("policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "daemonImages"):
         assert dr[key] == rules["dindRm"][key], f"{case}: dind-rm {key}"
     image = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert dr["guardImage"] == (rules["dindRm"]["guardImage"] or image), "the guard defaults to the webhook's own image"
+    # The chart's image from a registry with pull secrets: those exist in the release
+    # namespace only, so pods elsewhere without one are left alone.
+    assert dr["guardImageNeedsPullSecret"] == (
+        rules["dindRm"]["guardImageNeedsPullSecret"] or (not rules["dindRm"]["guardImage"] and bool(values["imagePullSecrets"]))
+    ), case
     if "virtual-node-phase" in config["rules"]:
         assert config["rules"]["virtual-node-phase"] == {
             "mode": mode(rules["virtualNodePhase"]["mode"]),
@@ -211,10 +218,11 @@ def test_the_webhooks_call_the_service_and_routes_podmend_serves(rendered):
     assert container_ports[https["targetPort"]] == 8443
     args = container["args"]
     assert args[0] == "serve"
-    assert "--listen=0.0.0.0:8443" in args and "--metrics-listen=0.0.0.0:9090" in args
+    assert "--listen=[::]:8443" in args and "--metrics-listen=[::]:9090" in args
 
-    for kind, path in (("MutatingWebhookConfiguration", routes["MUTATE"]), ("ValidatingWebhookConfiguration", routes["VALIDATE"])):
-        config = one(docs, kind)
+    for config in webhook_configurations(docs, values):
+        kind = config["kind"]
+        path = routes["MUTATE"] if kind.startswith("Mutating") else routes["VALIDATE"]
         assert config["webhooks"], kind
         for webhook in config["webhooks"]:
             target = webhook["clientConfig"]["service"]
@@ -272,8 +280,8 @@ def test_the_webhook_configurations_are_safe_and_as_set(rendered):
         for r in ("nodeAffinity", "agentRequests", "dindRm")
     )
     status_active = mode(rules_values["virtualNodePhase"]["mode"]) != "off"
-    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        config = one(docs, kind)
+    for config in webhook_configurations(docs, values):
+        kind = config["kind"]
         mutating = kind.startswith("Mutating")
         names = [w["name"] for w in config["webhooks"]]
         if mutating and status_active:
@@ -445,9 +453,8 @@ def test_tls_mode_wiring(rendered):
     secret_name = (
         f"{name}-tls" if tls["mode"] == "self" and "secret" not in volumes["tls"] else volumes["tls"]["secret"]["secretName"]
     )
-    mutating = one(docs, "MutatingWebhookConfiguration")
-    validating = one(docs, "ValidatingWebhookConfiguration")
-    configs = (mutating, validating)
+    configs = webhook_configurations(docs, values)
+    mutating, validating = configs[0], (configs[1:] or [None])[0]
     self_flags = [a for a in args if a.startswith(("--tls-self-manage", "--tls-secret", "--webhook-configurations"))]
     certificates = by_kind(docs, "Certificate")
     test_pod = next(d for d in by_kind(docs, "Pod") if d["metadata"]["annotations"].get("helm.sh/hook") == "test")
@@ -466,8 +473,9 @@ def test_tls_mode_wiring(rendered):
             "--tls-self-manage",
             f"--tls-secret={secret_name}",
             # Each by its kind: the RBAC grants each name on its own kind only.
-            f"--webhook-configurations=mutatingwebhookconfigurations/{mutating['metadata']['name']},"
-            f"validatingwebhookconfigurations/{validating['metadata']['name']}",
+            # The validating one only while it is registered (while a rule denies).
+            f"--webhook-configurations=mutatingwebhookconfigurations/{mutating['metadata']['name']}"
+            + (f",validatingwebhookconfigurations/{validating['metadata']['name']}" if validating else ""),
             f"--tls-service={service}",
         ]
         assert f"--tls-validity-days={tls['self']['validityDays']}" in args
@@ -487,8 +495,7 @@ def test_tls_mode_wiring(rendered):
             cluster_rules = one(installed, "ClusterRole")["rules"]
             webhook_rules = [r for r in cluster_rules if r["apiGroups"] == ["admissionregistration.k8s.io"]]
             assert {(r["resources"][0], tuple(r["resourceNames"]), tuple(r["verbs"])) for r in webhook_rules} == {
-                ("mutatingwebhookconfigurations", (mutating["metadata"]["name"],), ("get", "patch")),
-                ("validatingwebhookconfigurations", (validating["metadata"]["name"],), ("get", "patch")),
+                (f"{c['kind'].lower()}s", (c["metadata"]["name"],), ("get", "patch")) for c in configs
             }
         assert test_volumes["tls"]["secret"]["secretName"] == secret_name
     else:
@@ -497,6 +504,9 @@ def test_tls_mode_wiring(rendered):
         if values["rbac"]["create"]:
             cluster_rules = one(installed, "ClusterRole")["rules"]
             assert all(r["apiGroups"] == [""] for r in cluster_rules), "no webhook configuration access without self mode"
+
+    # Only cert-manager issues the certificate after the pod starts: serve waits for its files.
+    assert ("--tls-wait-for-files" in args) == (tls["mode"] == "certManager"), args
 
     if tls["mode"] == "certManager":
         serving = next(c for c in certificates if c["spec"]["secretName"] == secret_name)
@@ -686,6 +696,72 @@ def test_cert_manager_certificates_fit_its_common_name_limit_with_the_longest_na
     serving = [c for c in certificates if not c["spec"].get("isCA")]
     assert len(serving) == 1 and "commonName" not in serving[0]["spec"], serving
     assert serving[0]["spec"]["dnsNames"], serving
+
+
+@pytest.mark.parametrize(
+    ("rules", "registered"),
+    [
+        pytest.param({}, False, id="defaults"),
+        pytest.param({"nodeAffinity": {"mode": "deny"}}, True, id="pods-deny"),
+        pytest.param({"dindRm": {"templates": "deny"}}, True, id="templates-deny"),
+        pytest.param({"dindRm": {"policy": "deny"}}, False, id="guard-policy-deny-is-not-a-mode"),
+    ],
+)
+def test_the_validating_webhook_is_registered_only_while_a_rule_denies(rules, registered):
+    # With no rule in deny it answers "allowed" to every pod and workload write, and during an
+    # outage each of those writes waits for its timeout once more.
+    values = {"rules": rules}
+    docs = render(values)
+    validating = by_kind(docs, "ValidatingWebhookConfiguration")
+    assert len(validating) == (1 if registered else 0)
+    args = one_container(one(docs, "Deployment"))["args"]
+    named = next(a for a in args if a.startswith("--webhook-configurations="))
+    assert ("validatingwebhookconfigurations/" in named) == registered, named
+    cluster_rules = one(webhook_objects(docs), "ClusterRole")["rules"]
+    granted = {r["resources"][0] for r in cluster_rules if r["apiGroups"] == ["admissionregistration.k8s.io"]}
+    assert granted == ({"mutatingwebhookconfigurations", "validatingwebhookconfigurations"} if registered
+                       else {"mutatingwebhookconfigurations"})
+
+
+@pytest.mark.parametrize(
+    ("values", "needs"),
+    [
+        pytest.param({}, False, id="public-image"),
+        pytest.param({"imagePullSecrets": [{"name": "regcred"}]}, True, id="private-registry"),
+        pytest.param({"imagePullSecrets": [{"name": "regcred"}], "rules": {"dindRm": {"guardImage": "mirror.example/podmend:1"}}},
+                     False, id="guard-image-elsewhere"),
+        pytest.param({"rules": {"dindRm": {"guardImageNeedsPullSecret": True}}}, True, id="said-so"),
+    ],
+)
+def test_a_private_registry_makes_dind_pods_without_a_pull_secret_be_left_alone(values, needs):
+    # imagePullSecrets exist in the release namespace only: a DinD pod elsewhere without a
+    # pull secret would wait in Init:ErrImagePull for the chart's image as its guard.
+    config_map = next(d for d in by_kind(render(values), "ConfigMap") if "config.yaml" in d["data"])
+    config = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert config["rules"]["dind-rm"]["guardImageNeedsPullSecret"] is needs
+
+
+def test_the_webhook_port_is_a_value_that_the_container_and_the_service_follow():
+    # Some managed control planes reach nodes on 443 only: the container then listens on 443,
+    # unprivileged, through the pod's own net.ipv4.ip_unprivileged_port_start.
+    docs = render({"webhook": {"port": 443}})
+    deployment = one(docs, "Deployment")
+    container = one_container(deployment)
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"https": 443, "metrics": 9090}
+    assert "--listen=[::]:443" in container["args"]
+    assert deployment["spec"]["template"]["spec"]["securityContext"]["sysctls"] == [
+        {"name": "net.ipv4.ip_unprivileged_port_start", "value": "443"}
+    ]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    service = one(webhook_objects(docs), "Service")
+    https = next(p for p in service["spec"]["ports"] if p["name"] == "https")
+    assert https["port"] == 443 and https["targetPort"] == "https"
+    # Above 1024 nothing is added to the pod's security context.
+    default = one(render({}), "Deployment")["spec"]["template"]["spec"]["securityContext"]
+    assert "sysctls" not in default
+    with pytest.raises(helm.HelmRenderError) as refusal:
+        render_raw({"webhook": {"port": 9090}})
+    assert "webhook.port 9090 is the metrics port" in str(refusal.value)
 
 
 @pytest.mark.parametrize(

@@ -340,7 +340,8 @@ def pod_create_webhooks(docs: list[dict[str, Any]]) -> list[tuple[bool, dict[str
     API server calls them: mutating first, then validating."""
     found = []
     for kind, mutating in (("MutatingWebhookConfiguration", True), ("ValidatingWebhookConfiguration", False)):
-        for webhook in one(docs, kind)["webhooks"]:
+        # The validating configuration is registered only while a rule denies.
+        for webhook in (w for config in by_kind(docs, kind) for w in config["webhooks"]):
             if any("pods" in r["resources"] and "CREATE" in r["operations"] for r in webhook["rules"]):
                 found.append((mutating, webhook))
     return found

@@ -71,7 +71,7 @@ def test_the_daemonset_runs_guard_reap_against_the_socket_it_mounts(rendered):
         # The kubelet expands $(NODE_NAME) from the container's env.
         "--node-name=$(NODE_NAME)",
         f"--interval={reaper['interval']}",
-        f"--metrics-listen=0.0.0.0:{reaper['metricsPort']}",
+        f"--metrics-listen=[::]:{reaper['metricsPort']}",
     ]
     if reaper["imagesHigh"]:
         expected += [f"--images-high={reaper['imagesHigh']}", f"--images-low={reaper['imagesLow']}",

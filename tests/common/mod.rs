@@ -10,6 +10,7 @@ pub mod dockerd;
 pub mod guard;
 pub mod k8s_rules;
 pub mod net;
+pub mod netns;
 pub mod pod_gen;
 pub mod python;
 pub mod raw_http;

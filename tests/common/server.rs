@@ -33,6 +33,7 @@ pub fn in_process_options(tls_dir: &Path, kubeconfig: &Path) -> ServeOptions {
         shutdown_delay: Duration::ZERO,
         cache_stale_after: Duration::from_secs(30),
         self_tls: None,
+        tls_wait_for_files: false,
         benchmark_null_route: false,
         client_ca: None,
         after_cache_list: || {},

@@ -94,3 +94,52 @@ pub fn leaf_der_of_file(path: &Path) -> Vec<u8> {
     let pem = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     leaf_der(&pem).to_vec()
 }
+
+/// A CA and a serving certificate it signed for `dns_names`, both valid from an hour ago
+/// until `valid_for` from now: (CA PEM, CA key PEM, certificate PEM, key PEM). For a PKI
+/// that comes due while a test runs.
+pub fn pki_valid_for(
+    valid_for: std::time::Duration,
+    dns_names: &[&str],
+) -> (String, String, String, String) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
+    let now = x509_parser::time::ASN1Time::now().to_datetime();
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name = rcgen::DistinguishedName::new();
+    ca.distinguished_name
+        .push(DnType::CommonName, "a podmend CA coming due");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    ca.not_before = now - std::time::Duration::from_secs(3600);
+    ca.not_after = now + valid_for;
+    let ca_key = KeyPair::generate().expect("CA key");
+    let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+    let ca_key_pem = ca_key.serialize_pem();
+    let issuer = Issuer::new(ca, ca_key);
+    let names: Vec<String> = dns_names.iter().map(|n| n.to_string()).collect();
+    let mut leaf = CertificateParams::new(names).expect("names");
+    leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    leaf.not_before = now - std::time::Duration::from_secs(3600);
+    leaf.not_after = now + valid_for;
+    let leaf_key = KeyPair::generate().expect("serving key");
+    let leaf_cert = leaf
+        .signed_by(&leaf_key, &issuer)
+        .expect("serving certificate");
+    (
+        ca_cert.pem(),
+        ca_key_pem,
+        leaf_cert.pem(),
+        leaf_key.serialize_pem(),
+    )
+}
+
+/// Every certificate of a PEM text, DER, in order.
+pub fn all_der(pem: &[u8]) -> Vec<Vec<u8>> {
+    CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .map(|der: CertificateDer<'static>| der.to_vec())
+        .collect()
+}

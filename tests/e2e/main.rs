@@ -19,6 +19,8 @@ mod node_affinity;
 mod pinniped;
 mod real_node;
 mod teardown;
+mod tls_rollover;
+mod upgrade;
 
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
@@ -123,6 +125,14 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
         agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
+    ),
+    (
+        "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
+        tls_rollover::a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired,
+    ),
+    (
+        "an_upgrade_with_reset_then_reuse_values_keeps_the_settings_and_gives_a_new_value_its_default",
+        upgrade::an_upgrade_with_reset_then_reuse_values_keeps_the_settings_and_gives_a_new_value_its_default,
     ),
     (
         "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",

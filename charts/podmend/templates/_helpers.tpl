@@ -73,7 +73,7 @@ app.kubernetes.io/part-of: podmend
 {{- end }}
 
 {{/* Ports and paths. The paths equal src/server/paths.rs (tests/chart checks). */}}
-{{- define "podmend.webhookPort" -}}8443{{- end }}
+{{- define "podmend.webhookPort" -}}{{ int .Values.webhook.port }}{{- end }}
 {{- define "podmend.metricsPort" -}}9090{{- end }}
 {{- define "podmend.servicePort" -}}443{{- end }}
 {{- define "podmend.mutatePath" -}}/mutate{{- end }}
@@ -134,6 +134,24 @@ and CronJobs. Empty otherwise.
 {{- if and (ne (include "podmend.mode" $rule.mode) "off") (ne (include "podmend.mode" $rule.templates) "off") }}
 {{- $active = true }}
 {{- end }}
+{{- end }}
+{{- if $active }}true{{ end }}
+{{- end }}
+
+{{/*
+"true" when some rule refuses objects (its mode or its templates mode is deny): only then is
+the validating webhook registered, since it answers "allowed" to everything otherwise and
+each call it receives is one more that an unreachable webhook holds up. Empty otherwise.
+*/}}
+{{- define "podmend.denyActive" -}}
+{{- $active := false }}
+{{- range $rule := list .Values.rules.nodeAffinity .Values.rules.agentRequests .Values.rules.dindRm }}
+{{- if or (eq (include "podmend.mode" $rule.mode) "deny") (eq (include "podmend.mode" $rule.templates) "deny") }}
+{{- $active = true }}
+{{- end }}
+{{- end }}
+{{- if eq (include "podmend.mode" .Values.rules.virtualNodePhase.mode) "deny" }}
+{{- $active = true }}
 {{- end }}
 {{- if $active }}true{{ end }}
 {{- end }}

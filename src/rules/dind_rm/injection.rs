@@ -5,7 +5,7 @@
 //! nothing: what goes where is [`super::placement`]'s, the guard's resources
 //! [`super::resources`]'.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{
@@ -444,7 +444,8 @@ fn add_guard(
     let port = health_port(spec, &command.listen);
     command.min_age = config.min_age;
     command.max_exited = config.max_exited;
-    command.health_listen = Some(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)));
+    // `[::]`, dual-stack: the kubelet probes the pod IP, an IPv6 one on IPv6 clusters.
+    command.health_listen = Some(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)));
     // Parents before children: a mount at /certs must not hide the one at /certs/client.
     mounts.sort_by_key(|m| depth(&m.mount_path));
     let probe = |path: &str, period: i32, failures: i32| Probe {

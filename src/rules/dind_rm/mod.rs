@@ -150,6 +150,9 @@ impl Rule for DindRm {
                 "{GUARD_CONTAINER} not injected: a DaemonSet's pods are node agents, not CI (nodeAgents: skip)"
             ))];
         }
+        if let Some(note) = missing_pull_secret(&self.config, spec) {
+            return vec![truncate(note)];
+        }
         let placement = placement::decide(&self.config, spec, &survey);
         let injects = placement.injects();
         let settings = GuardSettings {
@@ -184,6 +187,25 @@ fn guard_resources(spec: &PodSpec, cx: &RuleContext<'_>) -> Option<ResourceRequi
         .filter(|item| item.type_ == "Container")
         .collect();
     Some(resources::guard_resources(&limit_ranges))
+}
+
+/// Why the guard is not injected into a pod without `imagePullSecrets` when its image needs
+/// one: the pod would wait in `Init:ErrImagePull` for ever (or its guard container would, in
+/// container mode). The ServiceAccount admission plugin, which runs before the webhooks, has
+/// already copied the ServiceAccount's pull secrets into a pod that names none (kubernetes
+/// `plugin/pkg/admission/serviceaccount/admission.go`, `Plugin.Admit`), so an empty list here
+/// is what the kubelet will have.
+fn missing_pull_secret(config: &DindRmConfig, spec: &PodSpec) -> Option<String> {
+    let has_secret = spec
+        .image_pull_secrets
+        .as_ref()
+        .is_some_and(|secrets| !secrets.is_empty());
+    (config.guard_image_needs_pull_secret && !has_secret).then(|| {
+        format!(
+            "{GUARD_CONTAINER} not injected: its image needs a pull secret and the pod has no \
+             imagePullSecrets"
+        )
+    })
 }
 
 /// One line for each container left alone as a node agent.

@@ -673,7 +673,8 @@ fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capabil
         Address::Unix("/podmend/daemon/docker.sock".into()),
         Policy::Collect,
     );
-    expected.health_listen = Some("0.0.0.0:9798".parse().expect("address"));
+    // `[::]`: the kubelet probes the pod IP, IPv6 on IPv6 clusters.
+    expected.health_listen = Some("[::]:9798".parse().expect("address"));
     expected.daemon_in_pod = true;
     assert_eq!(guard["args"], json!(expected.to_args()));
     assert_eq!(
@@ -915,4 +916,30 @@ fn a_host_alias_for_the_pod_makes_a_client_s_unserved_port_a_misreading() {
         messages[1].contains("main uses tcp://docker:2377"),
         "{messages:?}"
     );
+}
+
+/// The chart's image from a private registry: a pod in another namespace, without pull
+/// secrets, would wait in Init:ErrImagePull for a guard its node cannot pull. It is left as it
+/// is, and the finding says why; with a pull secret (its own or its ServiceAccount's, which
+/// the ServiceAccount admission plugin has copied in before any webhook) it gets the guard.
+#[test]
+fn a_pod_without_pull_secrets_is_left_alone_when_the_guard_image_needs_one() {
+    let private = DindRmConfig {
+        guard_image_needs_pull_secret: true,
+        ..DindRmConfig::default()
+    };
+    let spec = shared_var_run();
+    let (after, messages) = run_with(private.clone(), spec.clone(), &[]);
+    let typed: PodSpec = serde_json::from_value(spec.clone()).expect("test spec");
+    assert_eq!(after, serde_json::to_value(typed).expect("serializes"));
+    assert_eq!(
+        messages,
+        [format!(
+            "{GUARD_CONTAINER} not injected: its image needs a pull secret and the pod has no imagePullSecrets"
+        )]
+    );
+    let mut with_secret = spec;
+    with_secret["imagePullSecrets"] = json!([{"name": "registry"}]);
+    let (after, _) = run_with(private, with_secret, &[]);
+    assert_eq!(guard(&after)["image"], DindRmConfig::default().guard_image);
 }

@@ -7,6 +7,14 @@
 //! not expired yet, so certificates they signed still verify during a rollover), `ca.key`
 //! (the current CA's key), `tls.crt` and `tls.key`. Replicas that start together race on
 //! creating or updating it; the loser of the race (HTTP 409) re-reads and uses the winner's.
+//!
+//! A replica serves a certificate only once the API servers trust its CA: each round writes
+//! the Secret's bundle into every caBundle first, and writes the serving pair to the files
+//! only after the API server stored the bundle (and, when the bundle changed while a
+//! certificate was being served, after [`SelfTlsOptions::ca_settle`] more, for the API
+//! servers' watches of the webhook configurations to catch up). A CA rollover is thus
+//! published (new and old CA in the bundle) while the old certificate still serves, and a
+//! failed patch leaves the old certificate serving; the round is retried within seconds.
 
 mod pki;
 mod webhooks;
@@ -43,6 +51,9 @@ pub struct SelfTlsOptions {
     pub validity: Duration,
     /// How often the Secret is re-checked and renewed if needed.
     pub check_interval: Duration,
+    /// How long after a caBundle change the serving certificate may change: every API server
+    /// learns of the change through its watch of the webhook configurations, not at once.
+    pub ca_settle: Duration,
     pub cert_path: PathBuf,
     pub key_path: PathBuf,
 }
@@ -63,6 +74,7 @@ pub struct SelfTlsSettings {
     pub renew_before_days: u32,
     pub validity_days: u32,
     pub check_interval: Duration,
+    pub ca_settle: Duration,
     pub cert_path: PathBuf,
     pub key_path: PathBuf,
 }
@@ -91,6 +103,7 @@ impl SelfTlsSettings {
             renew_before: DAY * self.renew_before_days,
             validity: DAY * self.validity_days,
             check_interval: self.check_interval,
+            ca_settle: self.ca_settle,
             cert_path: self.cert_path,
             key_path: self.key_path,
         })
@@ -147,6 +160,11 @@ pub enum SelfTlsError {
         "webhook configuration name {name:?} cannot be part of an API path; check --webhook-configurations (KIND/NAME or NAME, as in metadata.name)"
     )]
     WebhookName { name: String },
+    #[error(
+        "{kind} {name} was patched but the stored object does not carry the new caBundle in \
+         every webhook (edited meanwhile?); will retry"
+    )]
+    CaBundleNotStored { kind: &'static str, name: String },
     #[error("cannot {action} {kind} {name}: {source}")]
     Webhook {
         action: &'static str,
@@ -269,44 +287,75 @@ impl SelfTls {
         Ok(true)
     }
 
-    /// One full round: Secret, files, caBundles. True when the files changed.
+    /// One full round: Secret, caBundles, then files; the files change only once every
+    /// caBundle holds the bundle (see the module's documentation). True when the files
+    /// changed.
     pub async fn reconcile(&self) -> Result<bool, SelfTlsError> {
+        let o = &self.options;
         let material = self.reconcile_secret().await?;
-        let changed = write_pair(
-            &self.options.cert_path,
-            &material.cert,
-            &self.options.key_path,
-            &material.key,
-        )?;
-        self.patch_ca_bundles(&material.ca_bundle).await?;
-        Ok(changed)
+        let bundle_changed = self.patch_ca_bundles(&material.ca_bundle).await?;
+        let serving = o.cert_path.exists() && o.key_path.exists();
+        if bundle_changed && serving && !same_pair(o, &material) {
+            tracing::info!(
+                settle_s = o.ca_settle.as_secs_f64(),
+                "TLS self-management: caBundle updated; serving the new certificate once the \
+                 API servers have it"
+            );
+            tokio::time::sleep(o.ca_settle).await;
+        }
+        write_pair(&o.cert_path, &material.cert, &o.key_path, &material.key)
     }
 
     /// Sets `webhooks[*].clientConfig.caBundle` of every configured webhook configuration
-    /// (JSON Patch, each webhook guarded by a `test` of its name).
-    pub async fn patch_ca_bundles(&self, bundle: &str) -> Result<(), SelfTlsError> {
+    /// (JSON Patch, each webhook guarded by a `test` of its name); true when one changed.
+    pub async fn patch_ca_bundles(&self, bundle: &str) -> Result<bool, SelfTlsError> {
         let encoded = BASE64.encode(bundle.as_bytes());
         webhooks::patch_ca_bundles(&self.client, &self.options.webhook_configurations, &encoded)
             .await
     }
 
-    /// Re-checks every `check_interval`; calls `on_change` after new files were written.
+    /// Re-checks every `check_interval`; calls `on_change` after new files were written. A
+    /// failed round (a caBundle patch the API server refused, say) is retried after
+    /// [`RETRY_FIRST`], doubling up to [`RETRY_MAX`] (never past `check_interval`), not an
+    /// interval later: until it succeeds, a rolled-over Secret is not served.
     pub async fn run(self, on_change: impl Fn() + Send) {
         let mut ticks = tokio::time::interval(self.options.check_interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
         loop {
             ticks.tick().await;
-            match self.reconcile().await {
-                Ok(true) => {
-                    tracing::info!("TLS self-management: new serving certificate written");
-                    on_change();
-                }
-                Ok(false) => {}
-                Err(error) => tracing::error!("TLS self-management failed, will retry: {error}"),
+            if self.reconcile_until_done().await {
+                tracing::info!("TLS self-management: new serving certificate written");
+                on_change();
             }
         }
     }
+
+    /// [`SelfTls::reconcile`] until it succeeds, with backoff; true when the files changed.
+    async fn reconcile_until_done(&self) -> bool {
+        let mut delay = RETRY_FIRST;
+        loop {
+            match self.reconcile().await {
+                Ok(changed) => return changed,
+                Err(error) => {
+                    tracing::error!("TLS self-management failed, retrying in {delay:?}: {error}")
+                }
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(RETRY_MAX).min(self.options.check_interval);
+        }
+    }
+}
+
+/// The first retry of a failed round, doubling up to [`RETRY_MAX`].
+pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between retries of a failed round.
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// Whether the files hold `material`'s pair already.
+fn same_pair(options: &SelfTlsOptions, material: &Material) -> bool {
+    let same = |p: &Path, c: &str| std::fs::read_to_string(p).is_ok_and(|t| t == c);
+    same(&options.cert_path, &material.cert) && same(&options.key_path, &material.key)
 }
 
 /// Writes key and certificate (each atomically, by rename); false if both were already so.
@@ -393,6 +442,7 @@ mod tests {
             renew_before_days: 30,
             validity_days: 365,
             check_interval: Duration::from_secs(3600),
+            ca_settle: Duration::from_secs(5),
             cert_path: PathBuf::from("/tls/tls.crt"),
             key_path: PathBuf::from("/tls/tls.key"),
         }

@@ -39,33 +39,48 @@ fn kinds_and_name(entry: &str) -> (Vec<WebhookKind>, String) {
 }
 
 /// Sets the caBundle of every webhook of each configuration in `entries` to `encoded`
-/// (base64 of the PEM bundle). An entry that names no configuration of any of its kinds is
-/// an error.
+/// (base64 of the PEM bundle); true when some configuration did not have it yet. An entry
+/// that names no configuration of any of its kinds is an error, and so is a patch whose
+/// stored result does not carry the bundle in every webhook.
 pub(super) async fn patch_ca_bundles(
     client: &Client,
     entries: &[String],
     encoded: &str,
-) -> Result<(), SelfTlsError> {
+) -> Result<bool, SelfTlsError> {
+    let mut changed = false;
     for entry in entries {
         let (kinds, name) = kinds_and_name(entry);
         let mut found = false;
         for kind in kinds {
-            found |= patch_ca_bundle(client, kind, &name, encoded).await?;
+            match patch_ca_bundle(client, kind, &name, encoded).await? {
+                Patched::NotFound => {}
+                Patched::Unchanged => found = true,
+                Patched::Changed => (found, changed) = (true, true),
+            }
         }
         if !found {
             return Err(SelfTlsError::WebhookNotFound { name });
         }
     }
-    Ok(())
+    Ok(changed)
 }
 
-/// Patches one configuration; false when it does not exist.
+/// What patching one configuration did.
+enum Patched {
+    NotFound,
+    /// Every webhook had the bundle already.
+    Unchanged,
+    /// The API server stored the bundle in every webhook.
+    Changed,
+}
+
+/// Patches one configuration.
 async fn patch_ca_bundle(
     client: &Client,
     kind: WebhookKind,
     name: &str,
     encoded: &str,
-) -> Result<bool, SelfTlsError> {
+) -> Result<Patched, SelfTlsError> {
     let url = format!(
         "/apis/admissionregistration.k8s.io/v1/{}/{name}",
         kind.plural
@@ -86,26 +101,33 @@ async fn patch_ca_bundle(
         .map_err(|_| bad_name())?;
     let object: Value = match client.request(get).await {
         Ok(object) => object,
-        Err(e) if is_code(&e, 404) => return Ok(false),
+        Err(e) if is_code(&e, 404) => return Ok(Patched::NotFound),
         Err(e) => return Err(failed("read")(e)),
     };
     let ops = ca_bundle_patch(&object, encoded);
     if ops.is_empty() {
-        return Ok(true);
+        return Ok(Patched::Unchanged);
     }
     let body = serde_json::to_vec(&ops).unwrap_or_default();
     let patch = Request::patch(&url)
         .header("Content-Type", "application/json-patch+json")
         .body(body)
         .map_err(|_| bad_name())?;
-    let _: Value = client.request(patch).await.map_err(failed("patch"))?;
+    // The answer is the configuration as stored: it must carry the bundle everywhere.
+    let stored: Value = client.request(patch).await.map_err(failed("patch"))?;
+    if !ca_bundle_patch(&stored, encoded).is_empty() {
+        return Err(SelfTlsError::CaBundleNotStored {
+            kind: kind.kind,
+            name: name.to_string(),
+        });
+    }
     tracing::info!(
         kind = kind.kind,
         name = %name,
         webhooks = ops.len() / 2,
         "caBundle updated"
     );
-    Ok(true)
+    Ok(Patched::Changed)
 }
 
 /// The JSON Patch that sets `encoded` as the caBundle of every webhook of `configuration`
