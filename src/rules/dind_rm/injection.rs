@@ -117,8 +117,44 @@ fn in_daemons_place(
         move_daemon(daemon, &place.moved);
     }
     spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
+    let daemon_slot = place.daemon;
     add_guard(spec, command, mounts, settings);
+    stop_guard_before_daemon(spec, daemon_slot);
     Ok(daemons_place_messages(&daemon_name, place, settings.policy))
+}
+
+/// A daemon that is a native sidecar is stopped after the guard when the guard comes after
+/// it among the init containers: the kubelet terminates each sidecar only once every later
+/// one has terminated (`newTerminationOrdering`, pkg/kubelet/kuberuntime/
+/// kuberuntime_termination_order.go), so the guard's clean-up at SIGTERM still reaches the
+/// daemon. The guard goes right after the daemon (which [`add_guard`] put it before, at the
+/// front), still before every container that comes after the daemon, so none of them starts
+/// before the guard does. Not when the daemon has a startup probe or a postStart hook: a later
+/// sidecar starts only once those passed, and they reach the daemon through its old address,
+/// which is the guard's now; the guard stays first, and the next guard on the daemon's
+/// storage cleans up (`--daemon-in-pod`). A daemon that is a regular container is stopped with
+/// the other main containers, before any sidecar: the same holds there.
+fn stop_guard_before_daemon(spec: &mut PodSpec, daemon: Slot) {
+    let Slot::Init(index) = daemon else {
+        return;
+    };
+    let Some(inits) = spec.init_containers.as_mut() else {
+        return;
+    };
+    // The guard is at 0, so the daemon moved to index + 1.
+    let daemon_is_sidecar = inits.get(index + 1).is_some_and(|c| {
+        c.restart_policy.as_deref() == Some("Always")
+            && c.startup_probe.is_none()
+            && c.lifecycle
+                .as_ref()
+                .and_then(|l| l.post_start.as_ref())
+                .is_none()
+    });
+    let guard_first = inits.first().is_some_and(|c| c.name == GUARD_CONTAINER);
+    if daemon_is_sidecar && guard_first {
+        let guard = inits.remove(0);
+        inits.insert(index + 1, guard);
+    }
 }
 
 /// The daemon: the private socket only, every other flag kept; its TLS env blanked.

@@ -649,13 +649,22 @@ fn in_container_mode_a_daemon_among_init_containers_is_not_moved() {
     let (after, messages) = run_with(container_mode(), spec.clone(), &[]);
     assert_eq!(after["initContainers"], spec["initContainers"]);
     assert!(messages[1].contains("is an init container"), "{messages:?}");
-    // Native: the guard goes first, before the daemon, whose own probes reach it.
-    let (after, _) = repair(spec);
-    assert_eq!(after["initContainers"][0]["name"], GUARD_CONTAINER);
+    // Native: the guard goes right after the daemon, so that the kubelet stops the guard
+    // first at the pod's end and its clean-up still reaches the daemon...
+    let (after, _) = repair(spec.clone());
+    assert_eq!(after["initContainers"][1]["name"], GUARD_CONTAINER);
     assert_eq!(
-        after["initContainers"][1]["args"],
+        after["initContainers"][0]["args"],
         json!(["dockerd", PRIVATE])
     );
+    // ...unless the daemon's startup probe reaches it through the guard: a later sidecar
+    // starts only once it passed, so the guard goes first.
+    let mut probed = spec;
+    probed["initContainers"][0]["startupProbe"] =
+        json!({"exec": {"command": ["docker", "info"]}, "periodSeconds": 1});
+    let (after, _) = repair(probed);
+    assert_eq!(after["initContainers"][0]["name"], GUARD_CONTAINER);
+    assert_eq!(after["initContainers"][1]["name"], "dind");
 }
 
 #[test]
