@@ -162,6 +162,7 @@ fn non_defaults() -> Vec<(&'static str, &'static str, Value)> {
         ("dindRm", "nodeAgents", json!("guard")),
         ("dindRm", "sidecarMode", json!("container")),
         ("dindRm", "guardImage", json!("registry.example/podmend:1")),
+        ("dindRm", "guardCpuLimit", json!("500m")),
         (
             "dindRm",
             "daemonImages",

@@ -253,6 +253,12 @@ fn summary_line(summary: &Summary) -> String {
         plural(summary.input_errors, "input error", "input errors"),
         summary.without_pod_spec,
     );
+    if summary.not_repaired > 0 {
+        line.push_str(&format!(
+            ", {} not repaired (a guard that can be bypassed)",
+            summary.not_repaired
+        ));
+    }
     if summary.skipped > 0 {
         line.push_str(&format!(
             ", {} left alone (skip annotation, mirror pod, …)",
@@ -296,6 +302,8 @@ struct JsonReport<'a> {
 /// - `summary.skipped`: objects with a pod spec podmend leaves alone (mirror pods, `podmend.io/skip`).
 /// - `summary.findings`: number of `findings`.
 /// - `summary.enforce` / `summary.warn` / `summary.deny`: findings in each mode.
+/// - `summary.notRepaired`: findings whose change does not repair the object (a Docker
+///   guard the pod's clients can go around); present only when not zero.
 /// - `summary.symptoms`: number of `symptoms`.
 /// - `summary.inputErrors`: number of `errors`.
 /// - `findings[]`: one per rule per object.

@@ -13,6 +13,7 @@
 mod agent_requests;
 #[path = "../common/mod.rs"]
 mod common;
+mod dind_rm;
 mod install;
 mod node_affinity;
 mod pinniped;
@@ -121,6 +122,10 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
         agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
+    ),
+    (
+        "a_dind_pod_in_a_namespace_whose_quota_covers_cpu_limits_is_admitted_with_its_guard",
+        dind_rm::a_dind_pod_in_a_namespace_whose_quota_covers_cpu_limits_is_admitted_with_its_guard,
     ),
     (
         "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",
