@@ -372,6 +372,11 @@ pub struct GuardRunArgs {
     /// answers /_ping: a readinessProbe); none by default.
     #[arg(long, env = "PODMEND_GUARD_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Serve the probes also at /healthz/TOKEN and /readyz/TOKEN, and answer 404 there to
+    /// any other token: a probe proves it reached this guard, not another pod's on a shared
+    /// network namespace (hostNetwork). Letters, digits, '-' and '_'.
+    #[arg(long, value_name = "TOKEN", requires = "metrics_listen", value_parser = parse_health_token)]
+    pub health_token: Option<String>,
     /// How long a client request waits for a daemon the guard has not reached yet (its
     /// socket missing, its port closed, --cert-path files not written yet) before it gets
     /// a 502; 0s answers at once. Once the daemon has answered, a daemon that goes away gets
@@ -411,6 +416,7 @@ impl GuardRunArgs {
         command.min_age = self.min_age;
         command.max_exited = self.max_exited;
         command.health_listen = self.metrics_listen;
+        command.health_token = self.health_token.clone();
         command.upstream_wait = self.upstream_wait;
         command.daemon_in_pod = self.daemon_in_pod;
         command.daemon_socket_paths = self.daemon_socket_path.clone();
@@ -596,5 +602,21 @@ fn parse_rate(text: &str) -> Result<f64, String> {
         _ => Err(format!(
             "{text:?} is not a rate: give a number of deletes per second above 0 and at most 10000"
         )),
+    }
+}
+
+/// A `--health-token`: one path segment, letters, digits, `-` and `_`.
+fn parse_health_token(text: &str) -> Result<String, String> {
+    if !text.is_empty()
+        && text.len() <= 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not a token: use 1 to 64 letters, digits, '-' or '_'"
+        ))
     }
 }

@@ -168,6 +168,12 @@ pub const DEFAULT_KUBELET_ROOT_DIR: &str = "/var/lib/kubelet";
 pub const DEFAULT_GUARD_IMAGE: &str =
     concat!("ghcr.io/podmend/podmend:", env!("CARGO_PKG_VERSION"));
 
+/// The guard's cpu limit: one core. Every build context and image a pod sends passes through
+/// the guard; a core keeps that at the rate of the copy (a 10m limit made a 1 GiB
+/// `docker load` six times slower), and the limit lets a `limits.cpu` ResourceQuota admit
+/// the pod.
+pub const DEFAULT_GUARD_CPU_LIMIT: &str = "1";
+
 /// Images that run a Docker daemon: the official `docker` image's dind tags (`dind`,
 /// `27-dind`, `dind-rootless`, `27.3.1-dind-alpine3.20`, ...), bare or from any registry.
 pub const DEFAULT_DAEMON_IMAGES: &[&str] = &["docker:*dind*", "*/docker:*dind*"];
@@ -199,6 +205,10 @@ pub struct DindRmConfig {
     /// The guard image's registry needs a pull secret: a pod without `imagePullSecrets` is
     /// left alone, since its guard could not be pulled.
     pub guard_image_needs_pull_secret: bool,
+    /// The guard's cpu limit (a quantity: `1`, `500m`); empty: none. A namespace whose
+    /// ResourceQuota covers `limits.cpu` refuses a pod with a container without one, unless
+    /// a LimitRange gives it a default.
+    pub guard_cpu_limit: String,
     pub sidecar_mode: SidecarMode,
     /// Glob patterns (`*` only) on the image reference, digest ignored.
     pub daemon_images: Vec<String>,
@@ -218,6 +228,7 @@ impl Default for DindRmConfig {
             node_agents: NodeAgents::Skip,
             guard_image: DEFAULT_GUARD_IMAGE.to_string(),
             guard_image_needs_pull_secret: false,
+            guard_cpu_limit: DEFAULT_GUARD_CPU_LIMIT.to_string(),
             sidecar_mode: SidecarMode::Native,
             daemon_images: DEFAULT_DAEMON_IMAGES
                 .iter()
@@ -402,6 +413,18 @@ impl DindRmConfig {
                 ),
             ));
         }
+        if !self.guard_cpu_limit.is_empty()
+            && crate::quantity::parse_milli(&self.guard_cpu_limit).is_none_or(|milli| milli <= 0)
+        {
+            return Err((
+                "rules.dind-rm.guardCpuLimit".to_string(),
+                format!(
+                    "{:?} is not a cpu quantity above zero; e.g. {DEFAULT_GUARD_CPU_LIMIT} or 500m, \
+                     or \"\" for no limit",
+                    self.guard_cpu_limit
+                ),
+            ));
+        }
         for (index, pattern) in self.daemon_images.iter().enumerate() {
             if let Some(message) = daemon_image_pattern_error(pattern) {
                 return Err((
@@ -521,8 +544,8 @@ rules:
   # TCP port, with the same TLS tree, and its socket in the shared volume; or the node's
   # socket at the path the client mounted it), and the daemon moves to a socket only the
   # guard mounts (/podmend/daemon/docker.sock). Clients keep their DOCKER_HOST. Where the
-  # daemon cannot be moved safely, clients are pointed at the guard instead and the finding
-  # says the guard can be bypassed, and why.
+  # daemon cannot be moved safely, clients are pointed at the guard instead, the finding's
+  # first words say the guard can be bypassed, and why, and the audit counts it not repaired.
   dind-rm:
     mode: enforce
     templates: warn
@@ -542,6 +565,8 @@ rules:
     guardImageNeedsPullSecret: false  # guardImage's registry needs a pull secret: pods without
                                # imagePullSecrets (their own or their ServiceAccount's) are
                                # left alone, and the finding says why
+    guardCpuLimit: "1"         # the guard's cpu limit ("" for none); a ResourceQuota on limits.cpu
+                               # refuses a pod whose containers lack one
     sidecarMode: native        # native: init container with restartPolicy Always (Kubernetes >= 1.29),
                                # first of all, so every client starts after it;
                                # container: a regular container, for older clusters (init containers

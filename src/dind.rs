@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 
 /// The injected guard container.
 pub const GUARD_CONTAINER: &str = "podmend-guard";
+/// The first words of a finding whose guard clients can go around: the pod is changed but
+/// not repaired, and the audit counts it so.
+pub const BYPASSABLE: &str = "podmend-guard can be bypassed";
 /// Per pod: `off`, or a policy name that replaces the configured one.
 pub const POLICY_ANNOTATION: &str = "podmend.io/dind-policy";
 /// Every container, network and image the guard creates for a pod carries
@@ -343,6 +346,10 @@ pub struct GuardCommand {
     pub max_exited: u32,
     /// A plain-HTTP port for `/healthz`, `/readyz` and `/metrics` (the pod's probes).
     pub health_listen: Option<SocketAddr>,
+    /// The pod's own word in its probes' paths (`/healthz/<token>`, `/readyz/<token>`), which
+    /// only this guard answers: on a network namespace shared by several pods
+    /// (`hostNetwork`), a probe that reaches another pod's guard fails.
+    pub health_token: Option<String>,
     /// How long a client request waits for a daemon that has not answered yet since the
     /// guard started (socket missing, port closed, TLS files not written yet).
     pub upstream_wait: Duration,
@@ -370,6 +377,7 @@ impl GuardCommand {
             min_age: DEFAULT_MIN_AGE,
             max_exited: DEFAULT_MAX_EXITED,
             health_listen: None,
+            health_token: None,
             upstream_wait: DEFAULT_UPSTREAM_WAIT,
             daemon_in_pod: false,
             daemon_socket_paths: Vec::new(),
@@ -404,6 +412,9 @@ impl GuardCommand {
         }
         if let Some(address) = self.health_listen {
             args.push(format!("--metrics-listen={address}"));
+        }
+        if let Some(token) = &self.health_token {
+            args.push(format!("--health-token={token}"));
         }
         if self.upstream_wait != DEFAULT_UPSTREAM_WAIT {
             args.push(format!(

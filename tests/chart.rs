@@ -163,6 +163,7 @@ fn non_defaults() -> Vec<(&'static str, &'static str, Value)> {
         ("dindRm", "sidecarMode", json!("container")),
         ("dindRm", "guardImage", json!("registry.example/podmend:1")),
         ("dindRm", "guardImageNeedsPullSecret", json!(true)),
+        ("dindRm", "guardCpuLimit", json!("500m")),
         (
             "dindRm",
             "daemonImages",

@@ -62,6 +62,7 @@ fn every_setting() -> Vec<GuardCommand> {
         min_age: Duration::from_secs(90),
         max_exited: 3,
         health_listen: Some("0.0.0.0:9797".parse().expect("address")),
+        health_token: Some("3f9a0c2e7d1b4a66".to_string()),
         ..base.clone()
     });
     commands.push(GuardCommand {

@@ -50,7 +50,12 @@ fn private_flags(root: &Path) -> Vec<String> {
 
 /// A fixture pod after `dind-rm`.
 fn repaired(file: &str) -> Value {
-    let pod = fixture_pod(file, "pod");
+    repaired_pod(&fixture_pod(file, "pod"), file)
+}
+
+/// A pod (named `what` in failures) after `dind-rm`, which must have injected the guard.
+fn repaired_pod(pod: &Value, file: &str) -> Value {
+    let pod = pod.clone();
     let engine = Engine::new(&Config::default());
     let subject = Subject {
         operation: Operation::Create,
@@ -234,9 +239,13 @@ struct Moved {
 
 /// Runs the rewritten daemon of `file` and checks it answers on the private socket only.
 fn start_moved_daemon(file: &str, daemon_name: &str) -> Moved {
+    start_moved(repaired(file), file, daemon_name)
+}
+
+/// [`start_moved_daemon`] for a repaired pod spec (named `file` in failures).
+fn start_moved(spec: Value, file: &str, daemon_name: &str) -> Moved {
     let dockerd = find_program("dockerd")
         .unwrap_or_else(|| panic!("dockerd is not installed: {INSTALL_HINT}"));
-    let spec = repaired(file);
     let daemon = container(&spec, daemon_name);
     let argv = argv(daemon);
     let env = env_of(daemon);
@@ -249,9 +258,29 @@ fn start_moved_daemon(file: &str, daemon_name: &str) -> Moved {
         .prefix("pm-")
         .tempdir()
         .expect("tempdir");
-    // The kubelet and the runtime make each mount's directory (an emptyDir starts empty).
-    for (_, path) in common::dind::mounts(daemon) {
-        std::fs::create_dir_all(under(root.path(), &path)).expect("mount directory");
+    // The kubelet and the runtime make each mount's directory (an emptyDir starts empty). A
+    // volume the guard mounts at another path is one directory: the daemon's path links to
+    // the guard's.
+    let guard_mounts = common::dind::mounts(guard(&spec));
+    // Parents first, as the runtime mounts them.
+    let mut daemon_mounts = common::dind::mounts(daemon);
+    daemon_mounts.sort_by_key(|(_, path)| path.matches('/').count());
+    for (volume, path) in daemon_mounts {
+        let at = under(root.path(), &path);
+        match guard_mounts
+            .iter()
+            .find(|(v, p)| *v == volume && *p != path)
+        {
+            Some((_, guard_path)) => {
+                let target = under(root.path(), guard_path);
+                std::fs::create_dir_all(&target).expect("mount directory");
+                if let Some(parent) = at.parent() {
+                    std::fs::create_dir_all(parent).expect("mount's parent directory");
+                }
+                std::os::unix::fs::symlink(&target, &at).expect("link the shared volume");
+            }
+            None => std::fs::create_dir_all(&at).expect("mount directory"),
+        }
     }
     let mut args = private_flags(root.path());
     args.extend(
@@ -632,4 +661,376 @@ fn tekton_s_moved_daemon_keeps_its_flags_and_answers_only_privately() {
         text(&info.stderr)
     );
     moved.daemon.stop();
+}
+
+/// GitLab's TCP-only DinD service as Testcontainers' GitLab recipe runs it: the service
+/// `docker:dind` with `command: ["--tls=false"]` (the kubernetes executor makes a service's
+/// command the container's args, the image's entrypoint kept), `DOCKER_TLS_CERTDIR=""`, the
+/// job's `DOCKER_HOST=tcp://docker:2375` in both containers (the executor's host alias makes
+/// `docker` this pod), and a registry CA mounted under `/etc/docker/certs.d`.
+fn gitlab_tls_off_pod() -> Value {
+    let job_env = serde_json::json!([
+        {"name": "DOCKER_HOST", "value": "tcp://docker:2375"},
+        {"name": "DOCKER_TLS_CERTDIR", "value": ""}
+    ]);
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "runner-tls-off", "namespace": "ci"},
+        "spec": {
+            "hostAliases": [{"ip": "127.0.0.1", "hostnames": ["docker"]}],
+            "volumes": [{"name": "registry-ca", "configMap": {"name": "registry-ca"}}],
+            "containers": [
+                {"name": "build", "image": "docker:24.0.5-cli", "command": ["sh", "-c", "exec sh"],
+                 "env": job_env},
+                {"name": "svc-0", "image": "docker:24.0.5-dind", "args": ["--tls=false"],
+                 "env": job_env, "securityContext": {"privileged": true},
+                 "volumeMounts": [{"name": "registry-ca",
+                                   "mountPath": "/etc/docker/certs.d/registry.example:5000"}]}
+            ]
+        }
+    })
+}
+
+/// dind-rm's findings for `pod`, as the webhook would warn them.
+fn findings(pod: &Value) -> Vec<String> {
+    let engine = Engine::new(&Config::default());
+    let subject = Subject {
+        operation: Operation::Create,
+        group: "",
+        kind: "Pod",
+        sub_resource: "",
+        namespace: "ci",
+        object: Some(pod),
+        old_object: None,
+    };
+    engine
+        .review(&subject, &StaticCluster::empty())
+        .findings
+        .into_iter()
+        .flat_map(|f| f.messages)
+        .collect()
+}
+
+#[test]
+fn gitlab_s_tls_off_service_with_a_registry_ca_is_moved_and_its_client_goes_through_the_guard() {
+    let pod = gitlab_tls_off_pod();
+    let messages = findings(&pod);
+    assert!(
+        messages[0].starts_with("injected podmend-guard (policy collect) in daemon svc-0's place"),
+        "{messages:?}"
+    );
+    let spec = repaired_pod(&pod, "gitlab-tls-off");
+    // The entrypoint's plain branch: --tls=false is not handed to the moved daemon, which
+    // listens on its private socket only (checked by start_moved).
+    assert!(!argv(container(&spec, "svc-0")).contains(&"--tls=false".to_string()));
+    let moved = start_moved(spec, "gitlab-tls-off", "svc-0");
+    import_probe_image(&moved);
+    let owner = "3c1e-tls-off";
+    let (guard, ports) = start_guard(&moved, owner);
+    let new_2375 = ports
+        .iter()
+        .find(|(old, _)| *old == 2375)
+        .map(|(_, new)| *new)
+        .expect("the guard stands at 2375");
+    let old_host = format!("tcp://127.0.0.1:{new_2375}");
+    check_old_address_goes_through_the_guard(&moved, guard, owner, &old_host);
+}
+
+/// The static docker CLI to run inside a container (busybox has no libc for a dynamic one):
+/// the docker CLI first on PATH when it is statically linked, as the docker.com builds are.
+fn static_docker_cli() -> PathBuf {
+    let cli = find_program("docker").unwrap_or_else(|| panic!("no docker CLI: {INSTALL_HINT}"));
+    let bytes = std::fs::read(&cli).expect("read the docker CLI");
+    // A dynamically linked ELF names its loader (PT_INTERP, "/lib64/ld-linux…").
+    let dynamic = bytes.windows(12).any(|w| w == b"/lib64/ld-li")
+        || bytes.windows(9).any(|w| w == b"/lib/ld-l");
+    assert!(
+        !dynamic,
+        "{} is dynamically linked; this test runs it inside a busybox container and needs the \
+         statically linked docker CLI (docker.com's static build) first on PATH",
+        cli.display()
+    );
+    cli
+}
+
+#[test]
+fn a_container_started_with_the_daemon_s_own_socket_bound_reaches_the_guard() {
+    // Testcontainers' Ryuk, started with `-v /var/run/docker.sock:/var/run/docker.sock`
+    // whenever DOCKER_HOST is TCP: dockerd resolves a bind's source in its own mount
+    // namespace (the daemon container's filesystem), so the source must be a socket there.
+    // Here dockerd runs on this machine with the daemon container's paths moved into a
+    // temporary root, so the bind names the daemon container's /var/run/docker.sock by its
+    // place in that root.
+    let cli = static_docker_cli();
+    let spec = repaired_pod(&gitlab_tls_off_pod(), "gitlab-tls-off");
+    let moved = start_moved(spec, "gitlab-tls-off", "svc-0");
+    common::dockerd::import_busybox(moved.root.path(), || private_cli(&moved));
+    let owner = "3c1e-own-socket";
+    let (guard, ports) = start_guard(&moved, owner);
+    let new_2375 = ports
+        .iter()
+        .find(|(old, _)| *old == 2375)
+        .map(|(_, new)| *new)
+        .expect("the guard stands at 2375");
+    let client = || {
+        docker_cli(
+            &format!("tcp://127.0.0.1:{new_2375}"),
+            &moved.root.path().join("cli-client"),
+        )
+    };
+    let own_socket = under(moved.root.path(), "/var/run/docker.sock");
+    // Detached, its answer in a file: what is checked is the socket, not the attach stream.
+    let out = moved.root.path().join("ryuk-out");
+    std::fs::create_dir_all(&out).expect("output directory");
+    let started = run(
+        client()
+            .args(["run", "-d", "--pull=never", "--network", "none", "--name", "ryuk-like"])
+            .arg("-v")
+            .arg(format!("{}:/var/run/docker.sock", own_socket.display()))
+            .arg("-v")
+            .arg(format!("{}:/usr/local/bin/docker:ro", cli.display()))
+            .arg("-v")
+            .arg(format!("{}:/out", out.display()))
+            .args(["-e", "DOCKER_CLI_HINTS=false", "-e", "HOME=/tmp"])
+            .args([
+                "busybox",
+                "sh",
+                "-c",
+                "/usr/local/bin/docker ps -a --format '{{.Names}} {{.Label \"podmend.io/owner-pod\"}}' \
+                 >/out/ps 2>&1; echo $? >/out/rc",
+            ]),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(
+        started.status.success(),
+        "start a container bound to the daemon's own socket: {}\nguard log:\n{}",
+        text(&started.stderr),
+        guard.log()
+    );
+    let waited = run(
+        client().args(["wait", "ryuk-like"]),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(waited.status.success(), "{}", text(&waited.stderr));
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    assert_eq!(
+        read("rc").trim(),
+        "0",
+        "docker ps inside a container bound to the daemon's own socket:\n{}\nguard log:\n{}",
+        read("ps"),
+        guard.log()
+    );
+    // It listed itself (`-a`: dockerd marks it running only once its process has started),
+    // created through the guard and so labelled with the owner.
+    assert!(
+        read("ps")
+            .lines()
+            .any(|l| l.trim() == format!("ryuk-like {owner}")),
+        "{}",
+        read("ps")
+    );
+    // `kubectl exec -c svc-0 docker ps`: the CLI's default socket in the daemon's container.
+    let exec = run(
+        docker_cli(
+            &format!("unix://{}", own_socket.display()),
+            &moved.root.path().join("cli-exec"),
+        )
+        .args(["ps", "-a"]),
+        None,
+        Duration::from_secs(30),
+    );
+    assert!(exec.status.success(), "{}", text(&exec.stderr));
+    drop(guard);
+}
+
+#[test]
+fn a_daemon_no_container_is_known_to_use_is_reached_only_through_the_guard() {
+    // Jenkins: DOCKER_HOST is set in the Jenkinsfile, so podmend knows no client; every
+    // container of the pod reaches the daemon's 0.0.0.0:2375.
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "jenkins-agent", "namespace": "ci"},
+        "spec": {"containers": [
+            {"name": "jnlp", "image": "jenkins/inbound-agent:3309.v27b_9314fd1a_4-1"},
+            {"name": "dind", "image": "docker:27-dind", "securityContext": {"privileged": true},
+             "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}]}
+        ]}
+    });
+    let spec = repaired_pod(&pod, "jenkins-dind");
+    let moved = start_moved(spec, "jenkins-dind", "dind");
+    import_probe_image(&moved);
+    let owner = "3c1e-jenkins";
+    let (guard, ports) = start_guard(&moved, owner);
+    let new_2375 = ports
+        .iter()
+        .find(|(old, _)| *old == 2375)
+        .map(|(_, new)| *new)
+        .expect("the guard stands at 2375");
+    check_old_address_goes_through_the_guard(
+        &moved,
+        guard,
+        owner,
+        &format!("tcp://127.0.0.1:{new_2375}"),
+    );
+}
+
+/// Argo's plain-TCP DinD pod on the node's network.
+fn host_network_pod(name: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": format!("{name}-"), "namespace": "ci"},
+        "spec": {"hostNetwork": true, "containers": [
+            {"name": "main", "image": "docker:19.03.13", "command": ["sh", "-c"],
+             "args": ["docker ps"], "env": [{"name": "DOCKER_HOST", "value": "127.0.0.1"}]},
+            {"name": "dind", "image": "docker:19.03.13-dind", "command": ["dockerd-entrypoint.sh"],
+             "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}],
+             "securityContext": {"privileged": true}}
+        ]}
+    })
+}
+
+/// The guard's probe (its port and path) in a repaired pod spec.
+fn probe_of(spec: &Value, probe: &str) -> (u16, String) {
+    let get = &guard(spec)[probe]["httpGet"];
+    let port = get["port"].as_u64().expect("a numeric probe port") as u16;
+    (
+        port,
+        get["path"].as_str().expect("a probe path").to_string(),
+    )
+}
+
+/// One guard with `spec`'s arguments, its listeners moved into `dir` and onto a free
+/// loopback port, its health port the rule's own, on loopback.
+fn spawn_host_network_guard(spec: &Value, dir: &Path, name: &'static str) -> Process {
+    spawn_host_network_guard_on(spec, None, dir, name)
+}
+
+/// [`spawn_host_network_guard`], on `health_port` instead of the rule's when given.
+fn spawn_host_network_guard_on(
+    spec: &Value,
+    health_port: Option<u16>,
+    dir: &Path,
+    name: &'static str,
+) -> Process {
+    std::fs::create_dir_all(dir).expect("guard directory");
+    // The kubelet makes each mount's directory.
+    for (_, path) in common::dind::mounts(guard(spec)) {
+        std::fs::create_dir_all(under(dir, &path)).expect("mount directory");
+    }
+    let args: Vec<String> = common::dind::args(guard(spec))
+        .into_iter()
+        .map(|arg| {
+            if arg.starts_with("--listen=tcp://") {
+                format!("--listen=tcp://127.0.0.1:{}", free_port().port())
+            } else if let Some(address) = arg.strip_prefix("--metrics-listen=") {
+                let port = address.rsplit(':').next().expect("a port");
+                match health_port {
+                    Some(port) => format!("--metrics-listen=127.0.0.1:{port}"),
+                    None => format!("--metrics-listen=127.0.0.1:{port}"),
+                }
+            } else {
+                remap(&arg, dir)
+            }
+        })
+        .collect();
+    let log = dir.join(format!("{name}.log"));
+    let child = Command::new(BIN)
+        .args(&args)
+        .env("PODMEND_OWNER_POD_UID", name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start podmend guard");
+    Process { child, name, log }
+}
+
+/// The status `GET path` on loopback `port` answers, once something answers there.
+fn probe_status(process: &mut Process, port: u16, path: &str) -> u16 {
+    let address: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut status = 0;
+    process.wait_until("answer its health port", || {
+        match http_get(
+            address,
+            path,
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        ) {
+            Ok((answer, _)) => {
+                status = answer;
+                answer != 503
+            }
+            Err(_) => false,
+        }
+    });
+    status
+}
+
+#[test]
+fn two_host_network_guards_on_one_network_namespace_each_answer_only_their_own_probes() {
+    // With hostNetwork every pod's guard shares the node's ports. Two pods of one template
+    // (as a Job's are) get a health port each, declared so that the API server makes it a
+    // hostPort the scheduler keeps apart, and a token in their probes' paths that only
+    // their own guard answers.
+    let pod = host_network_pod("job");
+    let first = repaired_pod(&pod, "host-network");
+    let second = repaired_pod(&pod, "host-network");
+    let (port_1, startup_1) = probe_of(&first, "startupProbe");
+    let (port_2, startup_2) = probe_of(&second, "startupProbe");
+    let (ready_port_1, ready_1) = probe_of(&first, "readinessProbe");
+    assert_eq!(ready_port_1, port_1);
+    assert_ne!(
+        port_1, port_2,
+        "two pods on the node's network share a health port"
+    );
+    assert_ne!(startup_1, startup_2, "two pods' probes use the same path");
+    assert!(startup_1.starts_with("/healthz/") && ready_1.starts_with("/readyz/"));
+    assert_eq!(
+        guard(&first)["ports"],
+        serde_json::json!([{"name": "podmend-health", "containerPort": port_1, "protocol": "TCP"}])
+    );
+
+    // Both on this test's network namespace, as on one node.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut guard_1 = spawn_host_network_guard(&first, &dir.path().join("1"), "guard-1");
+    let mut guard_2 = spawn_host_network_guard(&second, &dir.path().join("2"), "guard-2");
+    assert_eq!(
+        probe_status(&mut guard_1, port_1, &startup_1),
+        200,
+        "{}",
+        guard_1.log()
+    );
+    assert_eq!(
+        probe_status(&mut guard_2, port_2, &startup_2),
+        200,
+        "{}",
+        guard_2.log()
+    );
+    // A probe reaching the other pod's guard fails.
+    assert_eq!(probe_status(&mut guard_1, port_1, &startup_2), 404);
+    let other_ready = ready_1.replace(
+        startup_1.trim_start_matches("/healthz/"),
+        startup_2.trim_start_matches("/healthz/"),
+    );
+    assert_eq!(probe_status(&mut guard_1, port_1, &other_ready), 404);
+
+    // Were the second pod's port the first's (a node that ignored the hostPort), its guard
+    // could not bind it, and its startup probe, reaching the first pod's guard, fails
+    // instead of passing.
+    let mut guard_3 =
+        spawn_host_network_guard_on(&second, Some(port_1), &dir.path().join("3"), "guard-3");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while guard_3.running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !guard_3.running() && guard_3.log().contains("Address already in use"),
+        "{}",
+        guard_3.log()
+    );
+    assert_eq!(probe_status(&mut guard_1, port_1, &startup_2), 404);
+    guard_1.stop();
+    guard_2.stop();
 }

@@ -169,8 +169,12 @@ const CASES: &[Case] = &[
     Case {
         fixture: "argo-workflows-sidecar-dind-pod-reconstructed.yaml",
         daemon: "dind",
-        listen: &["tcp://0.0.0.0:2375"],
-        guard_mounts: &[("podmend-daemon", "/podmend/daemon")],
+        // The daemon's own socket stays, in podmend's emptyDir over its /var/run.
+        listen: &["tcp://0.0.0.0:2375", "unix:///podmend/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("podmend-run", "/podmend/run"),
+        ],
         daemon_argv: &[
             ARGO_EMISSARY[0],
             ARGO_EMISSARY[1],
@@ -190,11 +194,12 @@ const CASES: &[Case] = &[
     Case {
         fixture: "gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml",
         daemon: "svc-0",
-        listen: &["tcp://0.0.0.0:2376"],
+        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
         guard_mounts: &[
             ("podmend-certs", "/certs"),
             ("podmend-daemon", "/podmend/daemon"),
             ("docker-certs", "/certs/client"),
+            ("podmend-run", "/podmend/run"),
         ],
         daemon_argv: &["dockerd", PRIVATE],
         tls_certdir: Some("/certs"),
@@ -202,11 +207,12 @@ const CASES: &[Case] = &[
     Case {
         fixture: "tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml",
         daemon: "sidecar-server",
-        listen: &["tcp://0.0.0.0:2376"],
+        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
         guard_mounts: &[
             ("podmend-certs", "/certs"),
             ("podmend-daemon", "/podmend/daemon"),
             ("dind-certs", "/certs/client"),
+            ("podmend-run", "/podmend/run"),
         ],
         daemon_argv: &[
             "dockerd",
@@ -290,10 +296,13 @@ async fn every_dind_ci_pod_gets_the_guard_where_its_daemon_stood_and_its_clients
             }
             assert_eq!(c, was, "{context}: {name}");
         }
-        // podmend's own volumes are under /podmend, or where the daemon had them.
+        // podmend's own volumes are under /podmend, or where the daemon had them (its
+        // certificates, its own run directory, which holds its socket).
         for c in all_containers(spec) {
+            let daemons_run = c["name"] == case.daemon;
             for (volume, path) in mounts(c) {
-                if volume.starts_with("podmend-") && volume != "podmend-certs" {
+                let daemon_run_dir = daemons_run && volume == "podmend-run" && path == "/var/run";
+                if volume.starts_with("podmend-") && volume != "podmend-certs" && !daemon_run_dir {
                     assert!(
                         path.starts_with("/podmend/"),
                         "{context}: {volume} at {path}"
@@ -362,10 +371,13 @@ async fn gitlab_s_tls_service_is_served_by_the_guard_on_2376_with_the_tls_tree_i
     let command = guard_command(spec);
     assert_eq!(
         command.listen,
-        vec![Address::Tcp {
-            host: "0.0.0.0".into(),
-            port: 2376
-        }]
+        vec![
+            Address::Tcp {
+                host: "0.0.0.0".into(),
+                port: 2376
+            },
+            Address::Unix("/podmend/run/docker.sock".into())
+        ]
     );
     assert_eq!(command.tls_certdir, Some("/certs".into()));
     // The pod's IP (the guard's env, from the downward API) and the name clients dial.
@@ -574,7 +586,7 @@ async fn a_jenkins_agent_with_dind_keeps_the_guard_s_resources_as_dind_rm_set_th
     let spec = &admitted.object["spec"];
     assert_eq!(
         guard(spec)["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}})
     );
     // agent-requests still zeroed the agent's own container.
     assert_eq!(container(spec, "jnlp")["resources"]["requests"]["cpu"], "0");

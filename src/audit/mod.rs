@@ -187,8 +187,16 @@ pub struct Summary {
     pub deny: usize,
     /// Findings with nothing to repair (what a rule left alone, and why), whatever the mode.
     pub notes: usize,
+    /// Findings whose change does not repair the object (`Finding::repairs`): a guard the
+    /// pod's clients can go around. Notes are not counted here.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_repaired: usize,
     pub symptoms: usize,
     pub input_errors: usize,
+}
+
+fn is_zero(count: &usize) -> bool {
+    *count == 0
 }
 
 /// Everything one audit run found.
@@ -278,6 +286,9 @@ impl Report {
         let object_ref = subject.object.map(ObjectRef::of).unwrap_or_default();
         for finding in &outcome.findings {
             self.summary.findings += 1;
+            if !finding.is_note() && !finding.repairs() {
+                self.summary.not_repaired += 1;
+            }
             match finding.mode {
                 _ if finding.is_note() => self.summary.notes += 1,
                 Mode::Enforce => self.summary.enforce += 1,
@@ -659,6 +670,47 @@ mod tests {
         assert!(!finding.patch.is_empty());
         assert_eq!(report.repairs.len(), 1);
         assert_eq!(report.summary.enforce, 1);
+    }
+
+    #[test]
+    fn a_guard_the_pod_s_clients_can_go_around_is_counted_as_not_repaired() {
+        let engine = Engine::new(&Config::default());
+        let dind = |daemon_command: serde_json::Value| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"},
+                "spec": {"containers": [
+                    {"name": "build", "image": "docker:27-cli",
+                     "env": [{"name": "DOCKER_HOST", "value": "tcp://localhost:2375"}]},
+                    {"name": "dind", "image": "docker:27-dind", "command": daemon_command,
+                     "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}],
+                     "securityContext": {"privileged": true}}]}})
+        };
+        let mut report = Report::default();
+        // A shell-wrapped daemon cannot be moved: the guard stands aside, reached by
+        // DOCKER_HOST only.
+        report.add_object(
+            &engine,
+            &StaticCluster::offline(),
+            &dind(json!(["sh", "-c", "dockerd-entrypoint.sh"])),
+            source(),
+        );
+        assert_eq!(report.summary.enforce, 1);
+        assert_eq!(report.summary.not_repaired, 1);
+        assert!(
+            report.findings[0]
+                .message
+                .starts_with("podmend-guard can be bypassed")
+        );
+        assert!(report::table(&report, false).contains("1 not repaired"));
+        let mut report = Report::default();
+        report.add_object(
+            &engine,
+            &StaticCluster::offline(),
+            &dind(json!(["dockerd-entrypoint.sh"])),
+            source(),
+        );
+        assert_eq!(report.summary.enforce, 1);
+        assert_eq!(report.summary.not_repaired, 0);
+        assert!(!report::table(&report, false).contains("not repaired"));
     }
 
     #[test]

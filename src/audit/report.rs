@@ -254,6 +254,12 @@ fn summary_line(summary: &Summary) -> String {
         plural(summary.input_errors, "input error", "input errors"),
         summary.without_pod_spec,
     );
+    if summary.not_repaired > 0 {
+        line.push_str(&format!(
+            ", {} not repaired (a guard that can be bypassed)",
+            summary.not_repaired
+        ));
+    }
     if summary.skipped > 0 {
         line.push_str(&format!(
             ", {} left alone (skip annotation, mirror pod, …)",
@@ -298,6 +304,8 @@ struct JsonReport<'a> {
 /// - `summary.findings`: number of `findings`.
 /// - `summary.enforce` / `summary.warn` / `summary.deny`: findings with a repair in each mode.
 /// - `summary.notes`: findings with nothing to repair (notes), in any mode.
+/// - `summary.notRepaired`: findings whose change does not repair the object (a Docker
+///   guard the pod's clients can go around); present only when not zero.
 /// - `summary.symptoms`: number of `symptoms`.
 /// - `summary.inputErrors`: number of `errors`.
 /// - `findings[]`: one per rule per object.

@@ -203,6 +203,17 @@ impl Finding {
     pub fn is_note(&self) -> bool {
         self.patch.is_empty()
     }
+
+    /// Whether applying the finding repairs the object: not a note, and not a change that
+    /// leaves the problem in place (a Docker guard the pod's clients can go around, whose
+    /// first words say so).
+    pub fn repairs(&self) -> bool {
+        !self.is_note()
+            && !self
+                .messages
+                .first()
+                .is_some_and(|m| m.starts_with(crate::dind::BYPASSABLE))
+    }
 }
 
 /// The result of reviewing one object.

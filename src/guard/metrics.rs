@@ -1,7 +1,9 @@
 //! The guard's counters and its optional plain-HTTP port: `GET /metrics` (the OpenMetrics
 //! text format, through `prometheus-client` as the webhook's), `/healthz` (the startupProbe:
 //! listeners bound, TLS tree written) and `/readyz` (the readinessProbe: the daemon answers
-//! `/_ping`). Separate from the webhook's registry:
+//! `/_ping`), also at `/healthz/<token>` and `/readyz/<token>`, which answer 404 to a token
+//! not the guard's own (on a shared network namespace a probe proves it reached this
+//! guard). Separate from the webhook's registry:
 //! the guard runs as its own process per pod (and `guard reap --interval` per node).
 
 use std::future::Future;
@@ -11,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::Path;
 use axum::http::{StatusCode, header};
 use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -280,6 +283,8 @@ pub struct Probes {
     pub started: Arc<AtomicBool>,
     /// The daemon `/readyz` pings.
     pub upstream: DaemonUpstream,
+    /// The token of `/healthz/<token>` and `/readyz/<token>`; any other answers 404.
+    pub token: Option<String>,
 }
 
 /// How long `/readyz` waits for the daemon's `/_ping`.
@@ -294,6 +299,34 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let started = Arc::clone(&probes.started);
     let app = Router::new()
+        .route(
+            "/healthz/{token}",
+            get({
+                let (started, token) = (Arc::clone(&started), probes.token.clone());
+                move |Path(asked): Path<String>| {
+                    let ours = token.as_deref() == Some(asked.as_str());
+                    let started = started.load(Ordering::Acquire);
+                    async move { with_token(ours, healthz(started)) }
+                }
+            }),
+        )
+        .route(
+            "/readyz/{token}",
+            get({
+                let (upstream, token) = (probes.upstream.clone(), probes.token.clone());
+                move |Path(asked): Path<String>| {
+                    let ours = token.as_deref() == Some(asked.as_str());
+                    let upstream = upstream.clone();
+                    async move {
+                        if ours {
+                            readyz(upstream).await
+                        } else {
+                            not_ours()
+                        }
+                    }
+                }
+            }),
+        )
         .route(
             "/metrics",
             get(move || {
@@ -312,6 +345,24 @@ pub async fn serve(
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// A probe with another pod's token (or with one where none was set) reached the wrong
+/// guard: 404, so that the probe fails.
+fn not_ours() -> (StatusCode, String) {
+    (
+        StatusCode::NOT_FOUND,
+        "not this guard's token: the probe reached another pod's guard\n".to_string(),
+    )
+}
+
+/// `answer` when the probe's token is ours, else [`not_ours`].
+fn with_token(ours: bool, answer: (StatusCode, &'static str)) -> (StatusCode, String) {
+    if ours {
+        (answer.0, answer.1.to_string())
+    } else {
+        not_ours()
+    }
 }
 
 /// `/healthz`: 200 once started.

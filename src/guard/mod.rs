@@ -115,6 +115,7 @@ pub async fn run(
     let probes = Probes {
         started: Arc::clone(&started),
         upstream: upstream.clone(),
+        token: command.health_token.clone(),
     };
     // The probes' port first: once a client can reach the guard's sockets, a probe can reach
     // the port (it says "starting" until the sockets are served).
@@ -470,6 +471,7 @@ impl Reaper<'_> {
         let probes = Probes {
             started: Arc::new(AtomicBool::new(true)),
             upstream,
+            token: None,
         };
         let metrics_server =
             MetricsServer::start(options.metrics_listen, Arc::clone(&self.metrics), probes).await?;

@@ -182,8 +182,8 @@ def test_the_config_map_is_a_config_podmend_accepts(rendered, tmp_path):
     # dind-rm: exactly the keys podmend's config has for it, nothing the schema of this
     # podmend version would refuse.
     assert set(dr) == {"mode", "templates", "policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "guardImage",
-                       "guardImageNeedsPullSecret", "daemonImages"}
-    for key in ("policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "daemonImages"):
+                       "guardImageNeedsPullSecret", "guardCpuLimit", "daemonImages", "kubeletRootDir"}
+    for key in ("policy", "minAge", "maxExited", "nodeAgents", "sidecarMode", "guardCpuLimit", "daemonImages", "kubeletRootDir"):
         assert dr[key] == rules["dindRm"][key], f"{case}: dind-rm {key}"
     image = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
     assert dr["guardImage"] == (rules["dindRm"]["guardImage"] or image), "the guard defaults to the webhook's own image"
@@ -634,6 +634,7 @@ JOB_KEYS = {"reports": "reports", "storm-cleanup": "stormCleanup"}
         pytest.param({"rules": {"dindRm": {"daemonImages": ["*"]}}}, ["/rules/dindRm/daemonImages/0"], id="dind-daemon-images-all"),
         pytest.param({"rules": {"dindRm": {"daemonImages": ["docker:2?-dind"]}}}, ["/rules/dindRm/daemonImages/0"], id="dind-daemon-images-wildcard"),
         pytest.param({"rules": {"dindRm": {"guardImage": "my image"}}}, ["/rules/dindRm/guardImage"], id="dind-guard-image-space"),
+        pytest.param({"rules": {"dindRm": {"guardCpuLimit": "1 core"}}}, ["/rules/dindRm/guardCpuLimit"], id="dind-guard-cpu-limit-not-a-quantity"),
         pytest.param({"rules": {"virtualNodePhase": {"mode": "deny"}}}, ["/rules/virtualNodePhase/mode"], id="vnp-deny"),
         pytest.param({"rules": {"agentRequests": {"resources": ["nvidia.com/gpu"]}}}, ["/rules/agentRequests/resources/0"], id="gpu-zeroed"),
         pytest.param({"rules": {"agentRequests": {"presets": ["gitlab"]}}}, ["/rules/agentRequests/presets/0"], id="unknown-preset"),

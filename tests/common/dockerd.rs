@@ -244,59 +244,65 @@ impl Dockerd {
         answer.starts_with("HTTP/1.1 200") && answer.ends_with("OK")
     }
 
-    /// `busybox:latest` from Debian's static busybox: the binary, one symlink per applet.
+    /// `busybox:latest` from Debian's static busybox (see [`import_busybox`]).
     fn import_busybox(&self) {
-        let busybox = require("busybox");
-        let rootfs = self.dir.join("busybox-rootfs");
-        let bin = rootfs.join("bin");
-        std::fs::create_dir_all(&bin).expect("mkdir rootfs/bin");
-        std::fs::copy(&busybox, bin.join("busybox")).expect("copy busybox");
-        let list = run(
-            Command::new(&busybox).arg("--list"),
-            None,
-            Duration::from_secs(10),
-        );
-        assert!(
-            list.status.success(),
-            "busybox --list failed: {}",
-            text(&list.stderr)
-        );
-        for applet in text(&list.stdout).lines().map(str::trim) {
-            if applet.is_empty() || applet == "busybox" || applet.contains('/') {
-                continue;
-            }
-            let _ = std::os::unix::fs::symlink("busybox", bin.join(applet));
-        }
-        let tar = self.dir.join("busybox-rootfs.tar");
-        let packed = run(
-            Command::new("tar")
-                .arg("-C")
-                .arg(&rootfs)
-                .arg("-cf")
-                .arg(&tar)
-                .arg("."),
-            None,
-            Duration::from_secs(30),
-        );
-        assert!(
-            packed.status.success(),
-            "tar failed: {}",
-            text(&packed.stderr)
-        );
-        let imported = run(
-            self.docker()
-                .args(["import", "--change", r#"CMD ["/bin/sh"]"#])
-                .arg(&tar)
-                .arg("busybox:latest"),
-            None,
-            Duration::from_secs(60),
-        );
-        assert!(
-            imported.status.success(),
-            "docker import failed: {}",
-            text(&imported.stderr)
-        );
+        import_busybox(&self.dir, || self.docker());
     }
+}
+
+/// Imports `busybox:latest` from Debian's static busybox (the binary, one symlink per
+/// applet) with the docker CLI `docker` makes, building the image in `dir`.
+pub fn import_busybox(dir: &Path, docker: impl Fn() -> Command) {
+    let busybox = require("busybox");
+    let rootfs = dir.join("busybox-rootfs");
+    let bin = rootfs.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir rootfs/bin");
+    std::fs::copy(&busybox, bin.join("busybox")).expect("copy busybox");
+    let list = run(
+        Command::new(&busybox).arg("--list"),
+        None,
+        Duration::from_secs(10),
+    );
+    assert!(
+        list.status.success(),
+        "busybox --list failed: {}",
+        text(&list.stderr)
+    );
+    for applet in text(&list.stdout).lines().map(str::trim) {
+        if applet.is_empty() || applet == "busybox" || applet.contains('/') {
+            continue;
+        }
+        let _ = std::os::unix::fs::symlink("busybox", bin.join(applet));
+    }
+    let tar = dir.join("busybox-rootfs.tar");
+    let packed = run(
+        Command::new("tar")
+            .arg("-C")
+            .arg(&rootfs)
+            .arg("-cf")
+            .arg(&tar)
+            .arg("."),
+        None,
+        Duration::from_secs(30),
+    );
+    assert!(
+        packed.status.success(),
+        "tar failed: {}",
+        text(&packed.stderr)
+    );
+    let imported = run(
+        docker()
+            .args(["import", "--change", r#"CMD ["/bin/sh"]"#])
+            .arg(&tar)
+            .arg("busybox:latest"),
+        None,
+        Duration::from_secs(60),
+    );
+    assert!(
+        imported.status.success(),
+        "docker import failed: {}",
+        text(&imported.stderr)
+    );
 }
 
 impl Drop for Dockerd {

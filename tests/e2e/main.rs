@@ -13,6 +13,7 @@
 mod agent_requests;
 #[path = "../common/mod.rs"]
 mod common;
+mod dind_rm;
 mod install;
 mod maintenance;
 mod node_affinity;
@@ -133,6 +134,10 @@ const TESTS: &[Test] = &[
     (
         "an_upgrade_with_reset_then_reuse_values_keeps_the_settings_and_gives_a_new_value_its_default",
         upgrade::an_upgrade_with_reset_then_reuse_values_keeps_the_settings_and_gives_a_new_value_its_default,
+    ),
+    (
+        "a_dind_pod_in_a_namespace_whose_quota_covers_cpu_limits_is_admitted_with_its_guard",
+        dind_rm::a_dind_pod_in_a_namespace_whose_quota_covers_cpu_limits_is_admitted_with_its_guard,
     ),
     (
         "helm_uninstall_leaves_nothing_that_touches_or_blocks_pod_creation",

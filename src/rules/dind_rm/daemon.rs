@@ -19,6 +19,8 @@ use crate::dind::{
 };
 
 const ENTRYPOINT: &str = "dockerd-entrypoint.sh";
+/// Where dockerd reads registry CAs (`<registry>/ca.crt`); nothing of its own listeners.
+const REGISTRY_CERTS_DIR: &str = "/etc/docker/certs.d";
 const DOCKERD: &str = "dockerd";
 /// The environment dockerd reads its TLS defaults from (`--tlsverify` is on when
 /// `DOCKER_TLS_VERIFY` is non-empty, the files come from `DOCKER_CERT_PATH`). Blanked in a
@@ -113,9 +115,17 @@ fn check_readable(
     if container.env_from.as_ref().is_some_and(|e| !e.is_empty()) {
         return Err("its envFrom may set DOCKER_TLS_VERIFY or DOCKER_TLS_CERTDIR".to_string());
     }
+    // `/etc/docker/certs.d` holds registry CAs (dockerd reads no hosts or TLS of its own
+    // there): a mount at or below it hides no daemon.json.
     if let Some(mount) = container.volume_mounts.iter().flatten().find(|m| {
         let path = m.mount_path.trim_end_matches('/');
-        path == "/etc" || path == "/etc/docker" || path.starts_with("/etc/docker/")
+        let registry_cas = path == REGISTRY_CERTS_DIR
+            || path
+                .strip_prefix(REGISTRY_CERTS_DIR)
+                .is_some_and(|rest| rest.starts_with('/'));
+        path == "/etc"
+            || path == "/etc/docker"
+            || (path.starts_with("/etc/docker/") && !registry_cas)
     }) {
         return Err(format!(
             "it mounts {}, where a daemon.json may set hosts or TLS",
@@ -151,8 +161,18 @@ fn served_by_entrypoint(
     container: &Container,
     flags: &DockerdFlags,
 ) -> Result<(Vec<ServedAddress>, Vec<String>), String> {
-    if flags.tls.is_some() || flags.tls_files {
+    // `--tls=false` or `--tlsverify=false` (GitLab's and Testcontainers' TLS-off services)
+    // leave the entrypoint's branch to `DOCKER_TLS_CERTDIR`; TLS turned on, or files of its
+    // own, would change what its TCP listener serves.
+    if flags.tls == Some(true) || flags.tls_files {
         return Err("it adds --tls flags after the entrypoint's".to_string());
+    }
+    if flags.tlsverify_given && entrypoint_certdir(container)?.is_some() {
+        // With the entrypoint's `--tlsverify` before it, dockerd serves TLS without checking
+        // client certificates; the guard would check them.
+        return Err(
+            "it turns the entrypoint's client verification off with --tlsverify=false".to_string(),
+        );
     }
     let socket = entrypoint_socket(container)?;
     let tls = entrypoint_certdir(container)?;
@@ -401,6 +421,13 @@ impl DockerdFlags {
                     let on = !matches!(value, Some("false" | "0" | "f" | "F" | "FALSE" | "False"));
                     parsed.tls = Some(parsed.tls.unwrap_or(false) || on);
                     parsed.tlsverify_given |= name == "--tlsverify";
+                    if !on {
+                        // Not kept: the moved daemon serves only its private socket, and a
+                        // `--tlsverify` given at all, even false, turns TLS on in dockerd
+                        // (`cmd/dockerd/daemon.go`, `loadDaemonCliConfig`), which then wants
+                        // certificate files nobody wrote.
+                        continue;
+                    }
                 }
                 "--tlscacert" | "--tlscert" | "--tlskey" => parsed.tls_files = true,
                 _ => {}
@@ -676,7 +703,11 @@ mod tests {
             (json!({"args": ["dockerd", "-H", "fd://"]}), "fd://"),
             (json!({"args": ["dockerd", "--host"]}), "no value"),
             (json!({"args": ["dockerd", "--host=$(HOST)"]}), "variable"),
-            (json!({"args": ["--tlsverify=false"]}), "--tls flags"),
+            (json!({"args": ["--tls"]}), "--tls flags"),
+            (
+                json!({"args": ["--tlsverify=false"]}),
+                "client verification",
+            ),
             (
                 json!({"args": ["dockerd", "--tlsverify", "--tlscert=/c.pem", "-H", "tcp://0.0.0.0:2376"]}),
                 "TLS files",
@@ -701,6 +732,58 @@ mod tests {
             let error = refused(spec.clone());
             assert!(error.contains(reason), "{spec}: {error}");
         }
+    }
+
+    #[test]
+    fn gitlab_s_tls_off_flags_are_the_entrypoint_s_plain_branch_and_are_not_kept() {
+        for flag in ["--tls=false", "--tlsverify=false"] {
+            let m = moved(json!({"args": [flag, "--mtu=1400"],
+                "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}]}));
+            assert_eq!(
+                m.args,
+                strings(&["dockerd", PRIVATE, "--mtu=1400"]),
+                "{flag}"
+            );
+            assert_eq!(
+                addresses(&m),
+                vec![
+                    (unix("/var/run/docker.sock"), None),
+                    (tcp("0.0.0.0", 2375), None)
+                ],
+                "{flag}"
+            );
+        }
+        // dockerd itself given TLS off on plain TCP: served as before, the flag not kept.
+        let m = moved(json!({"command": ["dockerd", "-H", "tcp://0.0.0.0:2375", "--tls=false"]}));
+        assert_eq!(m.command, strings(&["dockerd", PRIVATE]));
+    }
+
+    #[test]
+    fn tls_off_after_the_entrypoint_s_tls_branch_leaves_its_tls_listener() {
+        // The entrypoint puts --tlsverify before it: TLS stays on.
+        let m = moved(json!({"args": ["--tls=false"]}));
+        assert_eq!(
+            addresses(&m),
+            vec![
+                (unix("/var/run/docker.sock"), None),
+                (tcp("0.0.0.0", 2376), Some("/certs".to_string()))
+            ]
+        );
+    }
+
+    #[test]
+    fn registry_cas_under_certs_d_do_not_stop_the_rewrite() {
+        for path in [
+            "/etc/docker/certs.d",
+            "/etc/docker/certs.d/registry.example:5000/",
+        ] {
+            let m = moved(json!({"env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}],
+                "volumeMounts": [{"name": "registry-ca", "mountPath": path}]}));
+            assert_eq!(m.args, strings(&["dockerd", PRIVATE]), "{path}");
+        }
+        let error =
+            refused(json!({"volumeMounts": [{"name": "c", "mountPath": "/etc/docker/certs.dx"}]}));
+        assert!(error.contains("daemon.json"), "{error}");
     }
 
     #[test]

@@ -184,7 +184,8 @@ pub(super) fn all_slots(spec: &PodSpec) -> Vec<(Slot, &Container)> {
 
 /// A Docker daemon, by what it runs (`dockerd`, the dind entrypoint, also after Argo's
 /// wrapper; the official `docker` image running privileged with no command, so its
-/// entrypoint `dockerd-entrypoint.sh` runs), or by a configured image pattern.
+/// entrypoint `dockerd-entrypoint.sh` runs, unless it is a `-cli` tag, whose entrypoint runs
+/// `sh`), or by a configured image pattern.
 pub(super) fn is_daemon(config: &DindRmConfig, container: &Container) -> bool {
     let command = container.command.as_deref();
     let args = container.args.as_deref();
@@ -192,6 +193,7 @@ pub(super) fn is_daemon(config: &DindRmConfig, container: &Container) -> bool {
     runs_daemon(command, args)
         || is_daemon_image(config, image)
         || (is_docker_image(image)
+            && !is_cli_tag(image)
             && container
                 .security_context
                 .as_ref()
@@ -201,6 +203,15 @@ pub(super) fn is_daemon(config: &DindRmConfig, container: &Container) -> bool {
             && args
                 .and_then(|a| a.first())
                 .is_none_or(|first| first.starts_with('-')))
+}
+
+/// Whether the docker image's tag is a CLI variant (`cli`, `27-cli`, `27.3.1-cli-alpine3.20`):
+/// its entrypoint `docker-entrypoint.sh` runs `sh` when given no command, not a daemon.
+fn is_cli_tag(image: &str) -> bool {
+    let reference = image.split('@').next().unwrap_or(image);
+    let last = reference.rsplit('/').next().unwrap_or(reference);
+    last.split_once(':')
+        .is_some_and(|(_, tag)| tag.split('-').any(|part| part == "cli"))
 }
 
 /// Whether `image` (a digest is ignored) matches one of the configured daemon images.
@@ -393,6 +404,23 @@ mod tests {
             ),
             (
                 json!({"image": digest, "securityContext": {"privileged": true}}),
+                true,
+            ),
+            // The CLI tags run `sh`, privileged or not.
+            (
+                json!({"image": "docker:27-cli", "securityContext": {"privileged": true}}),
+                false,
+            ),
+            (
+                json!({"image": "docker:cli", "securityContext": {"privileged": true}}),
+                false,
+            ),
+            (
+                json!({"image": "mirror.example:5000/docker:27.3.1-cli-alpine3.20", "securityContext": {"privileged": true}}),
+                false,
+            ),
+            (
+                json!({"image": "docker:27", "securityContext": {"privileged": true}}),
                 true,
             ),
             // A client: a command of its own, or not privileged.

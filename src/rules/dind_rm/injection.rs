@@ -9,9 +9,9 @@ use std::net::{Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
-    Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, PodSpec, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -21,20 +21,31 @@ use super::mounts::{depth, mount_at, same_path};
 use super::names;
 use super::placement::{
     DOCKER_CERT_PATH, DOCKER_HOST, DOCKER_TLS_VERIFY, DaemonsPlace, FallbackPlace,
-    NodeSocketClient, NodeSocketPlace, Placement, node_socket_in_guard,
+    NodeSocketClient, NodeSocketPlace, OwnSocket, Placement, node_socket_in_guard,
 };
 use crate::config::{DindRmConfig, SidecarMode};
 use crate::dind::{
-    Address, DAEMON_SOCKET, DAEMON_SOCKET_DIR, DAEMON_SOCKET_VOLUME, GUARD_CONTAINER, GUARD_SOCKET,
-    GUARD_SOCKET_DIR, GUARD_SOCKET_VOLUME, GuardCommand, OWNER_UID_ENV, Policy,
+    Address, BYPASSABLE, DAEMON_SOCKET, DAEMON_SOCKET_DIR, DAEMON_SOCKET_VOLUME, GUARD_CONTAINER,
+    GUARD_SOCKET, GUARD_SOCKET_DIR, GUARD_SOCKET_VOLUME, GuardCommand, OWNER_UID_ENV, Policy,
 };
 
 /// The emptyDir the guard writes its TLS tree in when the daemon's certificate directory is
 /// only partly shared (`ca/` and `server/` stay private, as they were in the daemon).
 pub const CERTS_VOLUME: &str = "podmend-certs";
+/// The emptyDir over a daemon's own run directory, when its socket was there and in no
+/// volume: the guard's socket takes the daemon's place in it.
+pub const RUN_VOLUME: &str = "podmend-run";
+/// Where the guard mounts [`RUN_VOLUME`].
+const GUARD_RUN_DIR: &str = "/podmend/run";
 /// The guard's port for `/healthz`, `/readyz` and `/metrics`, unless a container of the pod
-/// declares it (then the next free one).
+/// declares it (then the next free one); a `hostNetwork` pod's guard draws one from
+/// [`HOST_NETWORK_PORTS`].
 pub const HEALTH_PORT: u16 = 9797;
+/// The ports a `hostNetwork` pod's guard draws its health port from: above the usual
+/// service ports, below the NodePort range (30000-32767) and the ephemeral ports.
+pub const HOST_NETWORK_PORTS: (u16, u16) = (20000, 29999);
+/// The name of the guard's health port where it is declared (`hostNetwork`).
+pub const HEALTH_PORT_NAME: &str = "podmend-health";
 /// The downward-API variable the guard's `--tls-san=$(POD_IP)` refers to.
 pub const POD_IP_ENV: &str = "POD_IP";
 
@@ -65,7 +76,12 @@ pub(super) fn inject(
 /// The volume names podmend adds must be free: a pod's own volume of that name could be
 /// anything (a hostPath).
 fn check_names_free(spec: &PodSpec) -> Result<(), String> {
-    for name in [DAEMON_SOCKET_VOLUME, GUARD_SOCKET_VOLUME, CERTS_VOLUME] {
+    for name in [
+        DAEMON_SOCKET_VOLUME,
+        GUARD_SOCKET_VOLUME,
+        CERTS_VOLUME,
+        RUN_VOLUME,
+    ] {
         if spec.volumes.iter().flatten().any(|v| v.name == name) {
             return Err(format!(
                 "{GUARD_CONTAINER} not injected: the pod already has a volume named {name}"
@@ -105,6 +121,9 @@ fn in_daemons_place(
     // Moved to a socket only the guard reaches: whatever other owners left on it, pods that
     // ran on the same storage before left.
     command.daemon_in_pod = true;
+    // Its private socket is nobody's to bind into a container: that would go around the
+    // guard. (Its old path, which clients bind, leads to the guard now.)
+    command.daemon_socket_paths = vec![DAEMON_SOCKET.to_string()];
     if let Some(tls) = &place.tls {
         command.tls_certdir = Some(PathBuf::from(&tls.certdir));
         command.tls_san = tls.sans.clone();
@@ -115,6 +134,9 @@ fn in_daemons_place(
     }
     if let Some(daemon) = place.daemon.get_mut(spec) {
         move_daemon(daemon, &place.moved);
+        if let Some(own) = &place.own_socket {
+            keep_own_socket(daemon, own, &mut command, &mut mounts, &mut volumes);
+        }
     }
     spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
     let daemon_slot = place.daemon;
@@ -157,6 +179,45 @@ fn stop_guard_before_daemon(spec: &mut PodSpec, daemon: Slot) {
     }
 }
 
+/// The guard listens where the daemon's own socket was: in the volume that holds it, or in
+/// podmend's run volume, mounted over the daemon's run directory.
+fn keep_own_socket(
+    daemon: &mut Container,
+    own: &OwnSocket,
+    command: &mut GuardCommand,
+    mounts: &mut Vec<VolumeMount>,
+    volumes: &mut Vec<Volume>,
+) {
+    match own {
+        OwnSocket::InVolume { mount: held, path } => {
+            if !mounts
+                .iter()
+                .any(|m| same_path(&m.mount_path, &held.mount_path))
+            {
+                mounts.push(VolumeMount {
+                    name: held.name.clone(),
+                    mount_path: held.mount_path.clone(),
+                    sub_path: held.sub_path.clone(),
+                    sub_path_expr: held.sub_path_expr.clone(),
+                    ..VolumeMount::default()
+                });
+            }
+            command.listen.push(Address::Unix(path.into()));
+        }
+        OwnSocket::InRunDir { dir, name } => {
+            volumes.push(empty_dir(RUN_VOLUME));
+            daemon
+                .volume_mounts
+                .get_or_insert_with(Vec::new)
+                .push(mount(RUN_VOLUME, dir));
+            mounts.push(mount(RUN_VOLUME, GUARD_RUN_DIR));
+            command
+                .listen
+                .push(Address::Unix(format!("{GUARD_RUN_DIR}/{name}").into()));
+        }
+    }
+}
+
 /// The daemon: the private socket only, every other flag kept; its TLS env blanked.
 fn move_daemon(daemon: &mut Container, moved: &MovedDaemon) {
     daemon.command = moved.command.clone();
@@ -192,6 +253,15 @@ fn daemons_place_messages(daemon_name: &str, place: DaemonsPlace, policy: Policy
             "set {} of {daemon_name} to \"\": dockerd turns TLS on from them",
             place.moved.blank_env.join(", ")
         ));
+    }
+    match &place.own_socket {
+        Some(OwnSocket::InVolume { path, .. }) => messages.push(format!(
+            "{daemon_name}'s own unix://{path} now leads to {GUARD_CONTAINER}"
+        )),
+        Some(OwnSocket::InRunDir { dir, name }) => messages.push(format!(
+            "{daemon_name}'s own unix://{dir}/{name} now leads to {GUARD_CONTAINER} (an emptyDir over {dir})"
+        )),
+        None => {}
     }
     messages.extend(place.notes);
     messages
@@ -399,8 +469,8 @@ fn check_guard_dir_free(spec: &PodSpec, clients: &[Slot]) -> Result<(), String> 
     Ok(())
 }
 
-/// What the fallback did, and how the guard can be gone around (or, with the node's socket
-/// moved to it, that clients reach it only by `DOCKER_HOST`).
+/// What the fallback did, and how the guard can be gone around, first (or, with the node's
+/// socket moved to it, that clients reach it only by `DOCKER_HOST`).
 fn fallback_messages(
     place: FallbackPlace,
     client_names: &[String],
@@ -417,16 +487,17 @@ fn fallback_messages(
     } else {
         format!("{} docker clients", client_names.len())
     };
-    let mut messages = vec![format!(
+    let injected = format!(
         "injected {GUARD_CONTAINER} (policy {policy}) between {clients} and {}{tls}",
         place.upstream
-    )];
+    );
+    let mut messages = Vec::new();
     if unplugged.is_empty() {
-        messages.push(format!(
-            "{GUARD_CONTAINER} can be bypassed, because {}",
-            place.reason
-        ));
+        // First: a reader (and the audit's count) must not take this for a repair.
+        messages.push(format!("{BYPASSABLE}, because {}", place.reason));
+        messages.push(injected);
     } else {
+        messages.push(injected);
         messages.push(format!(
             "moved the node's Docker socket from {} to {GUARD_CONTAINER}",
             names(unplugged)
@@ -477,22 +548,21 @@ fn add_guard(
     settings: &GuardSettings<'_>,
 ) {
     let config = settings.config;
-    let port = health_port(spec, &command.listen);
+    let host_network = spec.host_network == Some(true);
+    let (port, token) = if host_network {
+        host_network_health(spec, &command.listen)
+    } else {
+        (health_port(spec, &command.listen), None)
+    };
     command.min_age = config.min_age;
     command.max_exited = config.max_exited;
     // `[::]`, dual-stack: the kubelet probes the pod IP, an IPv6 one on IPv6 clusters.
     command.health_listen = Some(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)));
+    command.health_token = token.clone();
     // Parents before children: a mount at /certs must not hide the one at /certs/client.
     mounts.sort_by_key(|m| depth(&m.mount_path));
-    let probe = |path: &str, period: i32, failures: i32| Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.to_string()),
-            port: IntOrString::Int(i32::from(port)),
-            ..HTTPGetAction::default()
-        }),
-        period_seconds: Some(period),
-        failure_threshold: Some(failures),
-        ..Probe::default()
+    let probe = |path: &str, period: i32, failures: i32| {
+        health_probe(path, token.as_deref(), port, period, failures)
     };
     let native = config.sidecar_mode == SidecarMode::Native;
     let guard = Container {
@@ -509,6 +579,18 @@ fn add_guard(
         startup_probe: Some(probe("/healthz", 1, 60)),
         // The daemon answers.
         readiness_probe: Some(probe("/readyz", 5, 3)),
+        // On the node's network the port is the node's: declared, so that the API server
+        // makes it a hostPort (`pkg/apis/core/v1/defaults.go`, `defaultHostNetworkPorts`) and
+        // the scheduler never puts two pods needing it on one node (`pkg/scheduler/util/
+        // utils.go`, `GetHostPorts`, which counts native sidecars' ports).
+        ports: host_network.then(|| {
+            vec![ContainerPort {
+                name: Some(HEALTH_PORT_NAME.to_string()),
+                container_port: i32::from(port),
+                protocol: Some("TCP".to_string()),
+                ..ContainerPort::default()
+            }]
+        }),
         security_context: Some(security_context()),
         restart_policy: native.then(|| "Always".to_string()),
         ..Container::default()
@@ -519,6 +601,25 @@ fn add_guard(
             .get_or_insert_with(Vec::new)
             .insert(0, guard),
         SidecarMode::Container => spec.containers.push(guard),
+    }
+}
+
+/// An HTTP probe of the guard's health `port` at `path`, followed by `/<token>` when the pod
+/// has one.
+fn health_probe(path: &str, token: Option<&str>, port: u16, period: i32, failures: i32) -> Probe {
+    let path = match token {
+        Some(token) => format!("{path}/{token}"),
+        None => path.to_string(),
+    };
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path),
+            port: IntOrString::Int(i32::from(port)),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        ..Probe::default()
     }
 }
 
@@ -548,19 +649,46 @@ fn security_context() -> SecurityContext {
 /// [`HEALTH_PORT`], or the next port no container of the pod declares and the guard does not
 /// listen on.
 fn health_port(spec: &PodSpec, listen: &[Address]) -> u16 {
-    let taken = |port: u16| {
-        all_slots(spec).iter().any(|(_, c)| {
-            c.ports
-                .iter()
-                .flatten()
-                .any(|p| p.container_port == i32::from(port))
-        }) || listen
-            .iter()
-            .any(|a| matches!(a, Address::Tcp { port: p, .. } if *p == port))
-    };
     (HEALTH_PORT..u16::MAX)
-        .find(|&port| !taken(port))
+        .find(|&port| !port_taken(spec, listen, port))
         .unwrap_or(HEALTH_PORT)
+}
+
+/// A container of the pod declares `port`, or the guard listens on it.
+fn port_taken(spec: &PodSpec, listen: &[Address], port: u16) -> bool {
+    all_slots(spec).iter().any(|(_, c)| {
+        c.ports
+            .iter()
+            .flatten()
+            .any(|p| p.container_port == i32::from(port))
+    }) || listen
+        .iter()
+        .any(|a| matches!(a, Address::Tcp { port: p, .. } if *p == port))
+}
+
+/// With `hostNetwork` the pod shares the node's network with every other such pod: a port of
+/// its own, drawn from [`HOST_NETWORK_PORTS`] (one no container of the pod declares and the
+/// guard does not listen on), and a token for its probes' paths, both random, as nothing of
+/// a pod being created (no uid, often no name) tells it from its siblings.
+fn host_network_health(spec: &PodSpec, listen: &[Address]) -> (u16, Option<String>) {
+    let (first, last) = HOST_NETWORK_PORTS;
+    let span = u64::from(last - first) + 1;
+    let start = random_u64() % span;
+    let port = (0..span)
+        .map(|offset| first + ((start + offset) % span) as u16)
+        .find(|&port| !port_taken(spec, listen, port))
+        .unwrap_or(first);
+    let token = format!("{:016x}", random_u64());
+    (port, Some(token))
+}
+
+/// 64 random bits: the standard library's hasher keys, drawn from the operating system's
+/// randomness for each `RandomState`.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
 }
 
 fn downward(name: &str, field: &str) -> EnvVar {

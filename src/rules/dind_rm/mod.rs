@@ -26,7 +26,9 @@ mod placement;
 mod resources;
 
 pub use detection::glob_match;
-pub use injection::{CERTS_VOLUME, HEALTH_PORT, POD_IP_ENV};
+pub use injection::{
+    CERTS_VOLUME, HEALTH_PORT, HEALTH_PORT_NAME, HOST_NETWORK_PORTS, POD_IP_ENV, RUN_VOLUME,
+};
 use k8s_openapi::api::core::v1::{LimitRangeItem, PodSpec, ResourceRequirements};
 
 use super::{Modes, PodMeta, Rule, RuleContext, RuleInfo};
@@ -158,7 +160,7 @@ impl Rule for DindRm {
         let settings = GuardSettings {
             config: &self.config,
             policy,
-            resources: guard_resources(spec, cx),
+            resources: guard_resources(spec, cx, &self.config.guard_cpu_limit),
         };
         let mut messages = match injection::inject(spec, placement, &settings) {
             Ok(messages) => messages,
@@ -176,7 +178,11 @@ impl Rule for DindRm {
 /// pod-level `spec.resources`, where the guard shares the pod's budget, as containers there
 /// may: its requests would raise the containers' aggregate above the pod's request, and the
 /// API would reject the pod.
-fn guard_resources(spec: &PodSpec, cx: &RuleContext<'_>) -> Option<ResourceRequirements> {
+fn guard_resources(
+    spec: &PodSpec,
+    cx: &RuleContext<'_>,
+    cpu_limit: &str,
+) -> Option<ResourceRequirements> {
     if spec.resources.is_some() {
         return None;
     }
@@ -186,7 +192,7 @@ fn guard_resources(spec: &PodSpec, cx: &RuleContext<'_>) -> Option<ResourceRequi
         .into_iter()
         .filter(|item| item.type_ == "Container")
         .collect();
-    Some(resources::guard_resources(&limit_ranges))
+    Some(resources::guard_resources(&limit_ranges, cpu_limit))
 }
 
 /// Why the guard is not injected into a pod without `imagePullSecrets` when its image needs

@@ -58,8 +58,26 @@ pub(super) struct DaemonsPlace {
     /// certificates' volume.
     pub mounts: Vec<VolumeMount>,
     pub tls: Option<TlsTakeover>,
+    /// The daemon's own socket, kept in its container and leading to the guard.
+    pub own_socket: Option<OwnSocket>,
     /// Things the daemon served that the guard does not take over, and why.
     pub notes: Vec<String>,
+}
+
+/// The socket the daemon served in its own container, which no client shares: what is
+/// started there with `-v /var/run/docker.sock:/var/run/docker.sock` (Testcontainers' Ryuk
+/// when `DOCKER_HOST` is TCP) is bound by the daemon from its own filesystem, and `kubectl
+/// exec -c <daemon> docker ps` dials it. The guard listens there too.
+#[derive(Debug)]
+pub(super) enum OwnSocket {
+    /// In a volume the daemon mounts: the guard mounts it too and listens at the same path.
+    InVolume {
+        mount: Box<VolumeMount>,
+        path: String,
+    },
+    /// In the container's own `/var/run` (or `/run`): podmend's run volume goes over that
+    /// directory, and the guard listens on `name` in it.
+    InRunDir { dir: String, name: String },
 }
 
 /// The TLS listener the guard takes over.
@@ -135,10 +153,13 @@ fn with_daemons(config: &DindRmConfig, spec: &PodSpec, survey: &Survey) -> Place
             "{GUARD_CONTAINER} not injected: {users} use the node's Docker socket beside the pod's own daemon; one guard fronts one daemon"
         ));
     }
-    if survey.clients.is_empty() {
-        return Placement::Nothing;
-    }
     if survey.daemons.len() > 1 {
+        if survey.clients.is_empty() {
+            let daemons = names_of(spec, survey.daemons.iter().copied());
+            return Placement::LeaveAlone(format!(
+                "{GUARD_CONTAINER} not injected: {daemons} run Docker daemons no container of the pod is known to use; one guard fronts one daemon"
+            ));
+        }
         let daemons = names_of(spec, survey.daemons.iter().copied());
         return fallback(
             spec,
@@ -154,6 +175,12 @@ fn with_daemons(config: &DindRmConfig, spec: &PodSpec, survey: &Survey) -> Place
         return Placement::Nothing;
     };
     if matches!(slot, Slot::Init(_)) && config.sidecar_mode == SidecarMode::Container {
+        if survey.clients.is_empty() {
+            return Placement::LeaveAlone(format!(
+                "{GUARD_CONTAINER} not injected: daemon {} is an init container, which starts before a plain {GUARD_CONTAINER} container",
+                daemon.name
+            ));
+        }
         return fallback(
             spec,
             survey,
@@ -165,6 +192,10 @@ fn with_daemons(config: &DindRmConfig, spec: &PodSpec, survey: &Survey) -> Place
     }
     match daemon::analyse(daemon, spec.security_context.as_ref()) {
         Ok(moved) => daemons_place(spec, survey, slot, daemon, moved),
+        Err(reason) if survey.clients.is_empty() => Placement::LeaveAlone(format!(
+            "{GUARD_CONTAINER} not injected: daemon {} cannot be moved ({reason}), and no container of the pod is known to use it",
+            daemon.name
+        )),
         Err(reason) => fallback(
             spec,
             survey,
@@ -203,7 +234,8 @@ fn daemons_place(
             );
         }
     }
-    if listen.is_empty() {
+    let own_socket = own_socket(spec, daemon, &moved.served, &listen);
+    if listen.is_empty() && own_socket.is_none() {
         return Placement::LeaveAlone(format!(
             "{GUARD_CONTAINER} not injected: no client can reach daemon {} (its socket and certificates are in no shared volume)",
             daemon.name
@@ -218,9 +250,68 @@ fn daemons_place(
         listen,
         mounts,
         tls,
+        own_socket,
         notes,
     })
 }
+
+/// The daemon's first socket that the guard does not already take over for the clients, as
+/// the guard keeps it in the daemon's container: in the volume that holds it, or in the
+/// container's own run directory. `None` when every socket is taken over, or one is
+/// elsewhere in the container's own filesystem (podmend mounts nothing over other
+/// directories of an image), or in a hostPath volume (the node's, never the guard's to serve).
+fn own_socket(
+    spec: &PodSpec,
+    daemon: &Container,
+    served: &[ServedAddress],
+    listen: &[Address],
+) -> Option<OwnSocket> {
+    let taken = |path: &str| {
+        listen.iter().any(|a| match a {
+            Address::Unix(socket) => {
+                let socket = socket.display().to_string();
+                same_path(&socket, path)
+                    || locate(daemon, &socket)
+                        .zip(locate(daemon, path))
+                        .is_some_and(|(a, b)| a.location == b.location)
+            }
+            Address::Tcp { .. } => false,
+        })
+    };
+    served.iter().find_map(|served| {
+        let Address::Unix(path) = &served.address else {
+            return None;
+        };
+        let path = path.display().to_string();
+        if taken(&path) {
+            return None;
+        }
+        if let Some(found) = locate(daemon, &path) {
+            let host_path = spec
+                .volumes
+                .iter()
+                .flatten()
+                .any(|v| v.name == found.mount.name && v.host_path.is_some());
+            if host_path {
+                return None;
+            }
+            return Some(OwnSocket::InVolume {
+                mount: Box::new(found.mount.clone()),
+                path: found.path,
+            });
+        }
+        let (dir, name) = path.rsplit_once('/')?;
+        (RUN_DIRS.contains(&dir) && !name.is_empty()).then(|| OwnSocket::InRunDir {
+            dir: dir.to_string(),
+            name: name.to_string(),
+        })
+    })
+}
+
+/// The run directories podmend may mount its run volume over in a daemon's container: where
+/// dockerd and the dind entrypoint put the socket (`/var/run` links to `/run` in the docker
+/// image; its `/run` holds nothing of the image).
+const RUN_DIRS: &[&str] = &["/var/run", "/run"];
 
 /// What the guard takes over of the daemon's addresses: those a client can reach.
 #[derive(Default)]

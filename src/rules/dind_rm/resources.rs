@@ -1,7 +1,9 @@
 //! The guard's resources: every build context and image a pod's docker commands send passes
-//! through it, so it gets a real cpu request and no cpu limit (a limit would throttle the
-//! pipeline, not protect the node), a memory request and a memory limit; all moved into the
-//! namespace's Container LimitRanges, which LimitRanger enforces after the webhook.
+//! through it, so it gets a real cpu request and a cpu limit wide enough not to throttle the
+//! pipeline (`guardCpuLimit`, one core by default: a namespace whose ResourceQuota covers
+//! `limits.cpu` refuses a pod with a container without one), a memory request and a memory
+//! limit; all moved into the namespace's Container LimitRanges, which LimitRanger enforces
+//! after the webhook.
 
 use std::collections::BTreeMap;
 
@@ -11,17 +13,26 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use super::super::agent_requests::{format_quantity, is_byte_resource, limit_range_floor};
 use crate::quantity::{self, Milli};
 
-/// The guard's own requests and limits: (resource, request, limit).
-pub(super) const GUARD_RESOURCES: [(&str, &str, Option<&str>); 2] =
-    [("cpu", "100m", None), ("memory", "32Mi", Some("128Mi"))];
+/// The guard's own requests and limits, `cpu_limit` (empty: none) its cpu limit:
+/// (resource, request, limit).
+fn own_resources(cpu_limit: &str) -> [(&'static str, &'static str, Option<&str>); 2] {
+    let cpu_limit = (!cpu_limit.is_empty()).then_some(cpu_limit);
+    [
+        ("cpu", "100m", cpu_limit),
+        ("memory", "32Mi", Some("128Mi")),
+    ]
+}
 
-/// [`GUARD_RESOURCES`] moved into the namespace's Container LimitRanges: a limit no higher
-/// than a `max`, and one wherever a `maxLimitRequestRatio` needs it; a request no lower than
-/// a `min` or than the ratio allows.
-pub(super) fn guard_resources(limit_ranges: &[LimitRangeItem]) -> ResourceRequirements {
+/// The guard's own resources (with `cpu_limit`, empty for none) moved into the namespace's
+/// Container LimitRanges: a limit no higher than a `max`, and one wherever a
+/// `maxLimitRequestRatio` needs it; a request no lower than a `min` or than the ratio allows.
+pub(super) fn guard_resources(
+    limit_ranges: &[LimitRangeItem],
+    cpu_limit: &str,
+) -> ResourceRequirements {
     let mut requests = BTreeMap::new();
     let mut limits = BTreeMap::new();
-    for (name, own_request, own_limit) in GUARD_RESOURCES {
+    for (name, own_request, own_limit) in own_resources(cpu_limit) {
         let tightest = |field: fn(&LimitRangeItem) -> Option<&BTreeMap<String, Quantity>>| {
             limit_ranges
                 .iter()
@@ -81,19 +92,38 @@ mod tests {
 
     use super::*;
 
-    /// The guard's resources within the LimitRange items `items`, as JSON.
-    fn resources_within(items: serde_json::Value) -> serde_json::Value {
+    /// The guard's resources (cpu limit `cpu_limit`) within the LimitRange items `items`,
+    /// as JSON.
+    fn resources_with(items: serde_json::Value, cpu_limit: &str) -> serde_json::Value {
         let items: Vec<LimitRangeItem> = serde_json::from_value(items).expect("items");
-        serde_json::to_value(guard_resources(&items)).expect("serializes")
+        serde_json::to_value(guard_resources(&items, cpu_limit)).expect("serializes")
+    }
+
+    /// The same without a cpu limit of its own.
+    fn resources_within(items: serde_json::Value) -> serde_json::Value {
+        resources_with(items, "")
     }
 
     #[test]
     fn without_a_limit_range_the_guard_gets_its_own_resources() {
+        let resources = resources_with(json!([]), "1");
+        assert_eq!(
+            resources,
+            json!({"requests": {"cpu": "100m", "memory": "32Mi"},
+                "limits": {"cpu": "1", "memory": "128Mi"}})
+        );
         let resources = resources_within(json!([]));
         assert_eq!(
             resources,
             json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
         );
+    }
+
+    #[test]
+    fn a_limit_range_max_below_the_configured_cpu_limit_lowers_it() {
+        let resources = resources_with(json!([{"type": "Container", "max": {"cpu": "500m"}}]), "1");
+        assert_eq!(resources["limits"]["cpu"], "500m");
+        assert_eq!(resources["requests"]["cpu"], "100m");
     }
 
     #[test]

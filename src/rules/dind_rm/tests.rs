@@ -263,10 +263,10 @@ fn a_dockerd_sidecar_keeps_its_flags_behind_the_private_socket() {
 #[test]
 fn a_bare_host_docker_host_reaches_the_guard_on_the_daemon_s_tcp_port() {
     let (after, messages) = repair(plain_tcp("127.0.0.1"));
-    assert_eq!(listen(&after), vec!["tcp://0.0.0.0:2375"]);
+    assert_eq!(listen(&after)[0], "tcp://0.0.0.0:2375");
     assert_eq!(
-        mounts(guard(&after)),
-        vec![mount("podmend-daemon", "/podmend/daemon")]
+        mounts(guard(&after))[0],
+        mount("podmend-daemon", "/podmend/daemon")
     );
     let dind = named(&after, "dind");
     assert_eq!(dind["command"], json!(["dockerd-entrypoint.sh"]));
@@ -284,10 +284,14 @@ fn the_tls_service_s_port_and_certificates_go_to_the_guard_and_the_daemon_s_tls_
     let command = command(&after);
     assert_eq!(
         command.listen,
-        vec![Address::Tcp {
-            host: "0.0.0.0".into(),
-            port: 2376
-        }]
+        vec![
+            Address::Tcp {
+                host: "0.0.0.0".into(),
+                port: 2376
+            },
+            // The daemon's own socket, in the emptyDir over its /var/run.
+            Address::Unix("/podmend/run/docker.sock".into())
+        ]
     );
     assert_eq!(command.tls_certdir, Some("/certs".into()));
     assert_eq!(command.tls_san, vec!["$(POD_IP)", "docker"]);
@@ -297,7 +301,8 @@ fn the_tls_service_s_port_and_certificates_go_to_the_guard_and_the_daemon_s_tls_
         vec![
             mount("podmend-certs", "/certs"),
             mount("podmend-daemon", "/podmend/daemon"),
-            mount("docker-certs", "/certs/client")
+            mount("docker-certs", "/certs/client"),
+            mount("podmend-run", "/podmend/run")
         ]
     );
     let daemon = named(&after, "svc-0");
@@ -332,7 +337,8 @@ fn a_certificate_directory_shared_whole_needs_no_private_directory() {
         mounts(guard(&after)),
         vec![
             mount("docker-certs", "/certs"),
-            mount("podmend-daemon", "/podmend/daemon")
+            mount("podmend-daemon", "/podmend/daemon"),
+            mount("podmend-run", "/podmend/run")
         ]
     );
     assert!(
@@ -374,7 +380,7 @@ fn a_client_on_a_port_the_daemon_does_not_serve_gets_the_fallback_and_a_bypass_w
     );
     assert!(named(&after, "dind").get("args").is_none());
     assert!(
-        messages[1].starts_with(
+        messages[0].starts_with(
             "podmend-guard can be bypassed, because build uses tcp://localhost:2375, which daemon dind does not serve"
         ),
         "{messages:?}"
@@ -419,7 +425,7 @@ fn a_daemon_that_cannot_be_moved_leaves_the_clients_pointed_at_the_guard() {
         json!(["sh", "-c", "dockerd --debug"])
     );
     assert!(
-        messages[1].starts_with(
+        messages[0].starts_with(
             "podmend-guard can be bypassed, because daemon dind cannot be moved: its command \"sh\""
         ),
         "{messages:?}"
@@ -445,7 +451,7 @@ fn a_tls_client_in_the_fallback_gives_the_guard_its_certificates_read_only() {
     // The TLS settings were for the daemon; the guard's socket is plain.
     assert!(env(named(&after, "build"), "DOCKER_TLS_VERIFY").is_none());
     assert!(
-        messages[0].ends_with("tcp://docker:2376 (TLS)"),
+        messages[1].ends_with("tcp://docker:2376 (TLS)"),
         "{messages:?}"
     );
 }
@@ -648,7 +654,7 @@ fn in_container_mode_a_daemon_among_init_containers_is_not_moved() {
     });
     let (after, messages) = run_with(container_mode(), spec.clone(), &[]);
     assert_eq!(after["initContainers"], spec["initContainers"]);
-    assert!(messages[1].contains("is an init container"), "{messages:?}");
+    assert!(messages[0].contains("is an init container"), "{messages:?}");
     // Native: the guard goes right after the daemon, so that the kubelet stops the guard
     // first at the pod's end and its clean-up still reaches the daemon...
     let (after, _) = repair(spec.clone());
@@ -685,6 +691,7 @@ fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capabil
     // `[::]`: the kubelet probes the pod IP, IPv6 on IPv6 clusters.
     expected.health_listen = Some("[::]:9798".parse().expect("address"));
     expected.daemon_in_pod = true;
+    expected.daemon_socket_paths = vec!["/podmend/daemon/docker.sock".to_string()];
     assert_eq!(guard["args"], json!(expected.to_args()));
     assert_eq!(
         guard["env"],
@@ -703,7 +710,7 @@ fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capabil
     );
     assert_eq!(
         guard["resources"],
-        json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}})
+        json!({"requests": {"cpu": "100m", "memory": "32Mi"}, "limits": {"cpu": "1", "memory": "128Mi"}})
     );
     assert_eq!(
         guard["securityContext"],
@@ -831,7 +838,7 @@ fn two_daemons_fall_back_to_the_clients_docker_host() {
     ]}));
     assert_eq!(upstream(&after), "tcp://localhost:2375");
     assert!(
-        messages[1].contains("2 Docker daemons (a, b)"),
+        messages[0].contains("2 Docker daemons (a, b)"),
         "{messages:?}"
     );
 }
@@ -850,8 +857,113 @@ fn a_pod_without_docker_or_without_clients_is_left_alone() {
     let (_, messages) = repair(json!({"containers": [{"name": "web", "image": "nginx"}],
         "volumes": [{"name": "run", "hostPath": {"path": "/var/run"}}]}));
     assert!(messages.is_empty(), "{messages:?}");
-    let (_, messages) = repair(json!({"containers": [{"name": "dind", "image": "docker:dind"}]}));
+}
+
+#[test]
+fn a_tcp_only_daemon_keeps_its_own_socket_leading_to_the_guard() {
+    // GitLab's TCP-only service: no client mounts the daemon's /var/run/docker.sock, but what
+    // the daemon binds from its own filesystem (Testcontainers' Ryuk) and `kubectl exec -c
+    // dind docker ps` need it there.
+    let (after, messages) = repair(plain_tcp("tcp://localhost:2375"));
+    assert_eq!(
+        listen(&after),
+        vec!["tcp://0.0.0.0:2375", "unix:///podmend/run/docker.sock"]
+    );
+    assert_eq!(
+        mounts(named(&after, "dind")),
+        vec![
+            mount("podmend-daemon", "/podmend/daemon"),
+            mount("podmend-run", "/var/run")
+        ]
+    );
+    assert_eq!(
+        mounts(guard(&after)),
+        vec![
+            mount("podmend-daemon", "/podmend/daemon"),
+            mount("podmend-run", "/podmend/run")
+        ]
+    );
+    assert!(
+        after["volumes"]
+            .as_array()
+            .expect("volumes")
+            .contains(&json!({"name": "podmend-run", "emptyDir": {}}))
+    );
+    assert!(
+        messages.contains(
+            &"dind's own unix:///var/run/docker.sock now leads to podmend-guard (an emptyDir over /var/run)"
+                .to_string()
+        ),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn a_daemon_socket_in_a_volume_no_client_shares_is_kept_in_that_volume() {
+    let mut spec = plain_tcp("tcp://localhost:2375");
+    spec["volumes"] = json!([{"name": "dind-run", "emptyDir": {}}]);
+    spec["containers"][1]["volumeMounts"] = json!([{"name": "dind-run", "mountPath": "/run"}]);
+    let (after, _) = repair(spec);
+    assert_eq!(
+        listen(&after),
+        vec!["tcp://0.0.0.0:2375", "unix:///run/docker.sock"]
+    );
+    assert!(mounts(guard(&after)).contains(&mount("dind-run", "/run")));
+    assert!(!mounts(named(&after, "dind")).contains(&mount("podmend-run", "/var/run")));
+}
+
+#[test]
+fn a_daemon_no_container_is_known_to_use_gets_the_guard_in_its_place() {
+    // Jenkins: DOCKER_HOST is set in the Jenkinsfile, so no container of the pod is a known
+    // client; the daemon's plain TCP port is still open to every container.
+    let (after, messages) = repair(json!({"containers": [
+        {"name": "jnlp", "image": "jenkins/inbound-agent:3309.v27b_9314fd1a_4-1"},
+        {"name": "dind", "image": "docker:27-dind", "securityContext": {"privileged": true},
+         "env": [{"name": "DOCKER_TLS_CERTDIR", "value": ""}]}
+    ]}));
+    assert!(
+        messages[0].starts_with("injected podmend-guard (policy collect) in daemon dind's place"),
+        "{messages:?}"
+    );
+    assert_eq!(
+        listen(&after),
+        vec!["tcp://0.0.0.0:2375", "unix:///podmend/run/docker.sock"]
+    );
+    assert_eq!(named(&after, "dind")["args"], json!(["dockerd", PRIVATE]));
+    assert_eq!(
+        named(&after, "jnlp"),
+        &json!({"name": "jnlp", "image": "jenkins/inbound-agent:3309.v27b_9314fd1a_4-1"})
+    );
+    // The image alone names a daemon too.
+    let (after, messages) =
+        repair(json!({"containers": [{"name": "dind", "image": "docker:dind"}]}));
+    assert!(
+        messages[0].starts_with("injected podmend-guard"),
+        "{messages:?}"
+    );
+    assert_eq!(listen(&after), vec!["unix:///podmend/run/docker.sock"]);
+}
+
+#[test]
+fn a_daemon_no_container_uses_that_cannot_be_moved_is_reported() {
+    let (after, messages) = repair(json!({"containers": [
+        {"name": "dind", "image": "docker:dind", "command": ["sh", "-c", "dockerd &"]}
+    ]}));
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert!(
+        messages[0].starts_with("podmend-guard not injected: daemon dind cannot be moved"),
+        "{messages:?}"
+    );
+    assert!(after.get("initContainers").is_none());
+}
+
+#[test]
+fn a_privileged_docker_cli_image_without_a_command_is_not_a_daemon() {
+    let (after, messages) = repair(json!({"containers": [
+        {"name": "docker", "image": "docker:27-cli", "securityContext": {"privileged": true}}
+    ]}));
     assert!(messages.is_empty(), "{messages:?}");
+    assert!(after.get("initContainers").is_none());
 }
 
 #[test]
@@ -917,12 +1029,15 @@ fn a_host_alias_for_the_pod_makes_a_client_s_unserved_port_a_misreading() {
     // docker:2377 is a remote daemon unless a hostAlias makes "docker" the pod itself.
     let mut spec = plain_tcp("tcp://docker:2377");
     let (after, _) = repair(spec.clone());
-    assert_eq!(listen(&after), vec!["tcp://0.0.0.0:2375"]);
+    assert_eq!(
+        listen(&after),
+        vec!["tcp://0.0.0.0:2375", "unix:///podmend/run/docker.sock"]
+    );
     spec["hostAliases"] = json!([{"ip": "127.0.0.1", "hostnames": ["docker"]}]);
     let (after, messages) = repair(spec);
     assert_eq!(upstream(&after), "tcp://docker:2377");
     assert!(
-        messages[1].contains("main uses tcp://docker:2377"),
+        messages[0].contains("main uses tcp://docker:2377"),
         "{messages:?}"
     );
 }
@@ -951,4 +1066,34 @@ fn a_pod_without_pull_secrets_is_left_alone_when_the_guard_image_needs_one() {
     with_secret["imagePullSecrets"] = json!([{"name": "registry"}]);
     let (after, _) = run_with(private, with_secret, &[]);
     assert_eq!(guard(&after)["image"], DindRmConfig::default().guard_image);
+}
+
+#[test]
+fn a_host_network_pod_s_guard_gets_a_port_and_a_probe_token_of_its_own() {
+    let mut spec = plain_tcp("127.0.0.1");
+    spec["hostNetwork"] = json!(true);
+    let (first, _) = repair(spec.clone());
+    let (second, _) = repair(spec);
+    let (one, two) = (command(&first), command(&second));
+    let port = one.health_listen.expect("a health port").port();
+    assert!((HOST_NETWORK_PORTS.0..=HOST_NETWORK_PORTS.1).contains(&port));
+    let token = one.health_token.clone().expect("a token");
+    assert_ne!(one.health_token, two.health_token);
+    let injected = guard(&first);
+    assert_eq!(
+        injected["startupProbe"]["httpGet"],
+        json!({"path": format!("/healthz/{token}"), "port": port})
+    );
+    assert_eq!(
+        injected["readinessProbe"]["httpGet"],
+        json!({"path": format!("/readyz/{token}"), "port": port})
+    );
+    assert_eq!(
+        injected["ports"],
+        json!([{"name": HEALTH_PORT_NAME, "containerPort": port, "protocol": "TCP"}])
+    );
+    // Off the node's network: the fixed port, plain paths, nothing declared.
+    let (after, _) = repair(plain_tcp("127.0.0.1"));
+    assert_eq!(command(&after).health_token, None);
+    assert!(guard(&after).get("ports").is_none());
 }
