@@ -164,6 +164,7 @@ fn non_defaults() -> Vec<(&'static str, &'static str, Value)> {
         ("dindRm", "guardImage", json!("registry.example/podmend:1")),
         ("dindRm", "guardImageNeedsPullSecret", json!(true)),
         ("dindRm", "guardCpuLimit", json!("500m")),
+        ("dindRm", "kubeletRootDir", json!("/var/lib/k0s/kubelet")),
         (
             "dindRm",
             "daemonImages",
