@@ -378,9 +378,11 @@ pub struct GuardRunArgs {
     #[arg(long, value_name = "TOKEN", requires = "metrics_listen", value_parser = parse_health_token)]
     pub health_token: Option<String>,
     /// How long a client request waits for a daemon the guard has not reached yet (its
-    /// socket missing, its port closed, --cert-path files not written yet) before it gets
-    /// a 502; 0s answers at once. Once the daemon has answered, a daemon that goes away gets
-    /// an immediate 502, as straight to dockerd.
+    /// socket missing, its port closed, --cert-path files not written yet) before its
+    /// connection is closed unanswered; 0s gives up at once. Once the daemon has answered
+    /// (or the wait is over), while the daemon is down the guard refuses connections as
+    /// the daemon's own socket does, so the docker CLI says "Cannot connect to the Docker
+    /// daemon" and fails; it listens again as soon as the daemon answers.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub upstream_wait: Duration,
     /// The daemon runs in this pod and only this guard reaches it: when the guard starts, it

@@ -66,9 +66,12 @@ pub const DOCKER_TLS_PORT: u16 = 2376;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Policy {
-    /// Change no request; remove exited containers the client did not remove once they are
-    /// older than the minimum age or beyond the count kept per pod, and everything the pod
-    /// created when it ends, as the kubelet collects dead containers.
+    /// Label what the pod creates (containers, networks, volumes; committed and classically
+    /// built images, so a classic build has one more step, a LABEL, and another image ID;
+    /// classic builds also get rm=1&forcerm=1); remove exited containers the client did not
+    /// remove once exited longer than --min-age or beyond --max-exited per pod (docker logs
+    /// or docker cp of one then fails, with a message naming this policy), and everything
+    /// the pod created when it ends, as the kubelet collects dead containers.
     #[default]
     Collect,
     /// Set HostConfig.AutoRemove, as docker run --rm does; containers with a restart policy
@@ -76,9 +79,11 @@ pub enum Policy {
     Rm,
     /// Refuse a create without --rm with 403 and a message the docker CLI prints.
     Deny,
-    /// Change no request; remove what the pod created only when it ends.
+    /// Label what the pod creates (classic builds also get rm=1&forcerm=1); remove it only
+    /// when the pod ends.
     Reap,
-    /// Change no request and remove nothing; count what would have been removed.
+    /// Label the containers, networks and volumes the pod creates, change nothing else and
+    /// remove nothing; count what would have been removed.
     Audit,
 }
 
@@ -320,7 +325,8 @@ pub const DEFAULT_MIN_AGE: Duration = Duration::from_secs(5 * 60);
 /// How many exited containers a pod keeps before the oldest are removed.
 pub const DEFAULT_MAX_EXITED: u32 = 20;
 /// How long a client request waits for a daemon the guard has not reached yet (the DinD
-/// sidecar still starting, its TLS material not written yet) before it gets a 502.
+/// sidecar still starting, its TLS material not written yet) before its connection is
+/// closed unanswered.
 pub const DEFAULT_UPSTREAM_WAIT: Duration = Duration::from_secs(2 * 60);
 
 /// The guard's command line (`podmend guard ...`), as the rule writes it and the CLI reads it.

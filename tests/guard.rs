@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, docker_cli, run, text, wait_with_timeout};
 use common::guard::{
-    Guard, OWNER, PODMEND, Pki, RUN, TIMEOUT, daemon_labelled, exists, free_port, http_get,
-    inspect, ok, reap_command, uid, wait_until,
+    Guard, OWNER, PODMEND, Pki, RUN, TIMEOUT, cli, daemon_labelled, exists, free_port, http_get,
+    inspect, ok, outcome, reap_command, uid, wait_until,
 };
 use common::raw_http::raw;
 use serde_json::json;
@@ -612,10 +612,10 @@ fn raw_bypass_attempts_on_the_create_path_all_get_the_policy() {
             vec![400],
         ),
         (
-            "a huge body",
+            "a body over the guard's 64 MiB",
             format!(
                 "POST /containers/create HTTP/1.1\r\nHost: docker\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                2 << 20
+                (64 << 20) + 1
             ),
             vec![413],
         ),
@@ -745,11 +745,20 @@ fn a_hijacked_attach_without_upgrade_relays_stdin_and_output() {
 }
 
 #[test]
-fn an_unreachable_daemon_gets_a_502_with_a_json_message() {
+fn an_unreachable_daemon_is_refused_as_a_missing_daemon_is_and_every_cli_cannot_connect() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = format!("unix://{}/nowhere/docker.sock", dir.path().display());
     let metrics: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let guard = Guard::start(
+    let guard_dir = tempfile::Builder::new()
+        .prefix("podmend-guard-")
+        .tempdir()
+        .expect("tempdir");
+    let socket = guard_dir.path().join("guard.sock");
+    let listen = format!("unix://{}", socket.display());
+    let guard = Guard::spawn(
+        guard_dir,
+        socket,
+        &["--listen", &listen],
         &missing,
         &uid("unreachable"),
         &[
@@ -760,24 +769,47 @@ fn an_unreachable_daemon_gets_a_502_with_a_json_message() {
             "0s",
         ],
     );
-    let responses = raw(&guard.socket, request("GET", "/_ping", "", true).as_bytes());
-    assert_eq!(responses[0].status, 502, "{responses:?}");
-    let message = responses[0].json()["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    assert!(
-        message.starts_with(&format!(
-            "podmend guard: cannot reach the Docker daemon at {missing}: "
-        )),
-        "{message}"
+    guard.wait_until_started(metrics);
+    // No HTTP answer: an answer would be an "Error response from daemon" to the CLI. The
+    // socket is there, and refuses, as a stopped daemon's does.
+    wait_until(
+        "the guard refuses connections",
+        Duration::from_secs(10),
+        || {
+            guard
+                .log()
+                .contains("connections are refused until it answers")
+        },
     );
-    let out = run(guard.docker().args(["ps"]), None, TIMEOUT);
-    assert!(!out.status.success());
+    assert!(guard.socket.exists());
+    let refused = UnixStream::connect(&guard.socket).expect_err("refused");
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+    // Every CLI says and does what it does with no daemon at all.
+    let info = ["info", "--format", "{{.ServerVersion}}"];
+    for args in [&info[..], &["ps"][..]] {
+        for which in ["28.x", "20.10"] {
+            let direct = run(cli(which, &missing, dir.path()).args(args), None, TIMEOUT);
+            let through = run(
+                cli(which, &guard.host(), dir.path()).args(args),
+                None,
+                TIMEOUT,
+            );
+            assert_ne!(direct.status.code(), Some(0), "{which} {args:?}");
+            assert_eq!(
+                outcome(&through, &guard.host()),
+                outcome(&direct, &missing),
+                "{which} {args:?}: through the guard, then straight"
+            );
+        }
+    }
+    let ps = run(guard.docker().arg("ps"), None, TIMEOUT);
     assert!(
-        text(&out.stderr).contains("cannot reach the Docker daemon"),
+        text(&ps.stderr).contains(&format!(
+            "Cannot connect to the Docker daemon at {}",
+            guard.host()
+        )),
         "{}",
-        text(&out.stderr)
+        text(&ps.stderr)
     );
     let (_, text) = http_get(metrics, "/metrics").expect("metrics");
     assert!(
@@ -1112,6 +1144,248 @@ fn guard_reap_without_a_cluster_or_older_than_explains_what_it_needs() {
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("--older-than"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Writes `request` to `socket`, then half-closes (`shutdown(SHUT_WR)`, as
+/// `printf ... | socat - UNIX-CONNECT:` does at the end of its input) and reads everything
+/// until the other side closes.
+fn half_closed(socket: &std::path::Path, request: &[u8]) -> String {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    stream.write_all(request).expect("write the request");
+    stream
+        .shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    text(&answer)
+}
+
+#[test]
+fn a_client_that_half_closes_after_its_request_gets_the_daemons_answer_through_the_guard() {
+    // dockerd's Go server writes a handler's reply to a client that half-closed
+    // (net/http/server.go, `connReader.backgroundRead` only cancels the request's context).
+    let _lock = shared_daemon();
+    let daemon = dockerd::shared();
+    let guard = start_guard(daemon, "rm", &uid("half-close"));
+    let ping = b"GET /_ping HTTP/1.0\r\n\r\n";
+    for (who, socket) in [
+        ("dockerd", daemon.socket()),
+        ("guard", guard.socket.as_path()),
+    ] {
+        for _ in 0..5 {
+            let answer = half_closed(socket, ping);
+            assert!(
+                answer.starts_with("HTTP/1.0 200 OK\r\n") && answer.ends_with("\r\n\r\nOK"),
+                "{who}: {answer:?}"
+            );
+        }
+    }
+
+    // A pause sent this way is answered, and the container is paused.
+    let name = format!("podmend-half-close-{}", std::process::id());
+    ok(guard
+        .docker()
+        .args(RUN)
+        .args(["-d", "--rm", "--name", &name, "busybox", "sleep", "300"]));
+    let pause = format!("POST /containers/{name}/pause HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    let answer = half_closed(&guard.socket, pause.as_bytes());
+    assert!(answer.starts_with("HTTP/1.0 204 "), "{answer:?}");
+    assert_eq!(inspect(daemon, &name, "{{.State.Status}}"), "paused");
+    ok(daemon.docker().args(["rm", "-f", &name]));
+}
+
+/// Sends a request with a head of `header_bytes` of one header to `socket`, and reads the
+/// status of the answer (the writing runs on its own thread: the server may answer and stop
+/// reading before the head ends).
+fn status_of_a_large_head(socket: &std::path::Path, header_bytes: usize) -> Option<u16> {
+    let mut stream = UnixStream::connect(socket).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut writer = stream.try_clone().expect("clone");
+    let mut head = b"GET /_ping HTTP/1.1\r\nHost: docker\r\nX-Padding: ".to_vec();
+    head.resize(head.len() + header_bytes, b'a');
+    head.extend_from_slice(b"\r\nConnection: close\r\n\r\n");
+    let sending = std::thread::spawn(move || {
+        let _ = writer.write_all(&head);
+    });
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    drop(stream);
+    let _ = sending.join();
+    text(&answer).get(9..12)?.parse().ok()
+}
+
+#[test]
+fn a_request_head_over_a_mebibyte_gets_the_431_dockerd_answers_and_one_just_under_is_served() {
+    // Go's server reads a head up to DefaultMaxHeaderBytes (1 MiB) plus 4096 bytes of slack
+    // and answers 431 past it (net/http/server.go, `Server.initialReadLimitSize`,
+    // `conn.serve`).
+    let _lock = shared_daemon();
+    let daemon = dockerd::shared();
+    let guard = start_guard(daemon, "rm", &uid("large-head"));
+    for (who, socket) in [
+        ("dockerd", daemon.socket()),
+        ("guard", guard.socket.as_path()),
+    ] {
+        for over in [(1 << 20) + 8192, 4 << 20] {
+            assert_eq!(
+                status_of_a_large_head(socket, over),
+                Some(431),
+                "{who} {over}"
+            );
+        }
+        assert_eq!(status_of_a_large_head(socket, 1 << 20), Some(200), "{who}");
+    }
+}
+
+#[test]
+fn a_create_body_over_a_mebibyte_runs_through_the_guard_as_it_does_straight_to_dockerd() {
+    let _lock = shared_daemon();
+    let daemon = dockerd::shared();
+    let guard = start_guard(daemon, "rm", &uid("large-create"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let env_file = dir.path().join("env");
+    let mut lines = String::new();
+    for i in 0..12_000 {
+        lines.push_str(&format!("PODMEND_VAR_{i}={}\n", "v".repeat(90)));
+    }
+    lines.push_str("PODMEND_LAST=reached\n");
+    std::fs::write(&env_file, &lines).expect("write the env file");
+    assert!(lines.len() > 1 << 20, "{} bytes", lines.len());
+    let env_file = env_file.display().to_string();
+    for (who, mut docker) in [("dockerd", daemon.docker()), ("guard", guard.docker())] {
+        let out = run(
+            docker.args(RUN).args([
+                "--rm",
+                "--env-file",
+                &env_file,
+                "busybox",
+                "sh",
+                "-c",
+                "echo $PODMEND_LAST",
+            ]),
+            None,
+            TIMEOUT,
+        );
+        assert!(out.status.success(), "{who}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "reached\n", "{who}");
+    }
+}
+
+#[test]
+fn create_bodies_dockerd_decodes_get_the_same_answer_through_the_guard() {
+    // dockerd 20.10 decodes a create with one `json.Decoder.Decode` on the body
+    // (runconfig/config.go, `decodeContainerConfig`): a lone surrogate escape becomes U+FFFD
+    // (encoding/json/decode.go, `unquoteBytes`), what follows the object is not read, and
+    // an empty body is an `io.EOF` answered 500.
+    let _lock = shared_daemon();
+    let daemon = dockerd::shared();
+    let uid = uid("go-json");
+    let guard = start_guard(daemon, "rm", &uid);
+    let cases = [
+        (
+            "surrogate",
+            r#"{"Image":"busybox","Cmd":["echo","\ud800 and \udc00"]}"#,
+        ),
+        (
+            "trailing",
+            r#"{"Image":"busybox","Cmd":["true"]} and then some"#,
+        ),
+        ("empty", ""),
+    ];
+    for (case, body) in cases {
+        let mut statuses = Vec::new();
+        for (who, socket) in [
+            ("dockerd", daemon.socket()),
+            ("guard", guard.socket.as_path()),
+        ] {
+            let name = format!("podmend-go-json-{case}-{who}-{}", std::process::id());
+            let create = request(
+                "POST",
+                &format!("/containers/create?name={name}"),
+                body,
+                true,
+            );
+            let responses = raw(socket, create.as_bytes());
+            statuses.push(responses[0].status);
+            if responses[0].status == 201 && case == "surrogate" {
+                let cmd = inspect(daemon, &name, "{{json .Config.Cmd}}");
+                assert_eq!(cmd, "[\"echo\",\"\u{fffd} and \u{fffd}\"]", "{who}");
+            }
+            let _ = run(daemon.docker().args(["rm", "-f", &name]), None, TIMEOUT);
+        }
+        let expected = if case == "empty" { 500 } else { 201 };
+        assert_eq!(statuses, [expected, expected], "{case}: dockerd, guard");
+    }
+}
+
+#[test]
+fn asking_for_a_container_collect_removed_gets_a_message_naming_the_policy() {
+    let _lock = shared_daemon();
+    let daemon = dockerd::shared();
+    let guard = Guard::start(
+        &daemon.host(),
+        &uid("collected"),
+        &["--policy", "collect", "--min-age", "2s"],
+    );
+    let name = format!("podmend-collected-{}", std::process::id());
+    let id = ok(guard
+        .docker()
+        .args(RUN)
+        .args(["-d", "--name", &name, "busybox", "echo", "done"]))
+    .trim()
+    .to_string();
+    wait_until(
+        "collect removes the exited container",
+        Duration::from_secs(30),
+        || !exists(daemon, &name),
+    );
+    // Straight to the daemon: a bare "No such container".
+    let out = run(daemon.docker().args(["logs", &name]), None, TIMEOUT);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains(&format!("No such container: {name}"))
+            && !text(&out.stderr).contains("podmend guard"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Through the guard: the same, and who removed it, under which limits.
+    let short = &id[..12];
+    let copied = tempfile::tempdir().expect("tempdir");
+    let destination = copied.path().display().to_string();
+    let asks: [&[&str]; 4] = [
+        &["logs", &name],
+        &["logs", short],
+        &["container", "inspect", &name],
+        &["cp", &format!("{name}:/etc/hostname"), &destination],
+    ];
+    for args in asks {
+        let out = run(guard.docker().args(args), None, TIMEOUT);
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("No such container: ")
+                && stderr.contains("podmend guard, policy collect")
+                && stderr.contains(&format!(" {name} ({short})"))
+                && stderr.contains("--min-age 2s and --max-exited 20"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // A name never used is the daemon's bare answer.
+    let out = run(
+        guard.docker().args(["logs", &format!("{name}-never")]),
+        None,
+        TIMEOUT,
+    );
+    assert!(
+        !text(&out.stderr).contains("podmend guard"),
         "{}",
         text(&out.stderr)
     );

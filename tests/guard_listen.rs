@@ -379,23 +379,105 @@ fn a_client_call_made_before_the_daemon_starts_succeeds_once_it_does() {
 }
 
 #[test]
-fn a_daemon_that_never_comes_gets_a_502_once_the_upstream_wait_is_over() {
+fn a_daemon_that_never_comes_fails_every_cli_once_the_upstream_wait_is_over() {
     let work = tempfile::tempdir().expect("tempdir");
     let missing = format!("unix://{}/never.sock", work.path().display());
     let guard = Guard::start(&missing, &uid("never"), &["--upstream-wait", "2s"]);
     let started = Instant::now();
     let out = output(guard.docker().args(["ps"]));
     let waited = started.elapsed();
-    assert!(!out.status.success());
-    assert!(
-        text(&out.stderr).contains(&format!(
-            "podmend guard: cannot reach the Docker daemon at {missing}"
-        )),
-        "{}",
-        text(&out.stderr)
-    );
+    assert!(!out.status.success(), "{}", text(&out.stdout));
     assert!(
         waited >= Duration::from_secs(2) && waited < Duration::from_secs(30),
         "waited {waited:?}"
     );
+    // From then on the guard refuses connections, as a daemon that is not running does.
+    let out = output(
+        guard
+            .docker()
+            .args(["info", "--format", "{{.ServerVersion}}"]),
+    );
+    assert!(!out.status.success(), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("Cannot connect to the Docker daemon"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// The docker CLI (28.x) aimed at `host`, run as the user `nobody` with `groups` as its only
+/// supplementary groups (none when empty), and a config directory that user can write.
+fn docker_as_nobody(host: &str, config: &Path, groups: &[u32]) -> Command {
+    let setpriv = dockerd::find_program("setpriv")
+        .expect("`setpriv` is missing: install util-linux (scripts/setup does)");
+    let mut command = Command::new(setpriv);
+    command.args(["--reuid=65534", "--regid=65534"]);
+    if groups.is_empty() {
+        command.arg("--clear-groups");
+    } else {
+        let list: Vec<String> = groups.iter().map(u32::to_string).collect();
+        command.arg(format!("--groups={}", list.join(",")));
+    }
+    command
+        .arg("docker")
+        .env("DOCKER_HOST", host)
+        .env("DOCKER_CONFIG", config)
+        .env("HOME", config)
+        .env("DOCKER_CLI_HINTS", "false")
+        .env_remove("DOCKER_CONTEXT")
+        .env_remove("DOCKER_TLS_VERIFY")
+        .env_remove("DOCKER_CERT_PATH");
+    command
+}
+
+#[test]
+fn a_user_who_cannot_reach_the_daemons_socket_cannot_reach_it_through_the_guard_either() {
+    use std::os::unix::fs::MetadataExt as _;
+    let daemon = dockerd::shared();
+    let guard = Guard::start(&daemon.host(), &uid("socket-access"), &[]);
+    let of = |path: &Path| {
+        let meta = std::fs::metadata(path).expect("stat the socket");
+        (meta.uid(), meta.gid(), meta.mode() & 0o777)
+    };
+    let (_, daemon_group, daemon_mode) = of(daemon.socket());
+    assert_eq!(
+        daemon_mode, 0o660,
+        "dockerd makes its socket root:docker 0660"
+    );
+    assert_eq!(of(&guard.socket), of(daemon.socket()), "owner, group, mode");
+
+    // Only the sockets' own access stands in the way: their directories can be traversed.
+    let traversable = |dir: &Path| {
+        let mode = std::fs::metadata(dir).expect("stat").permissions().mode();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o711))
+            .expect("chmod");
+        mode
+    };
+    let daemon_dir = daemon.socket().parent().expect("a directory").to_path_buf();
+    let daemon_dir_mode = traversable(&daemon_dir);
+    traversable(guard.dir.path());
+    let config = tempfile::tempdir().expect("tempdir");
+    std::fs::set_permissions(config.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+
+    let outside: Vec<_> = [daemon.host(), guard.host()]
+        .iter()
+        .map(|host| output(docker_as_nobody(host, config.path(), &[]).args(["ps", "-q"])))
+        .collect();
+    let inside =
+        output(docker_as_nobody(&guard.host(), config.path(), &[daemon_group]).args(["ps", "-q"]));
+    std::fs::set_permissions(
+        &daemon_dir,
+        std::fs::Permissions::from_mode(daemon_dir_mode),
+    )
+    .expect("chmod back");
+    for (who, out) in ["dockerd", "guard"].iter().zip(&outside) {
+        assert!(!out.status.success(), "{who}: {}", text(&out.stdout));
+        assert!(
+            text(&out.stderr).contains("permission denied"),
+            "{who}: {}",
+            text(&out.stderr)
+        );
+    }
+    // A member of the socket's group reaches the daemon through the guard.
+    assert!(inside.status.success(), "{}", text(&inside.stderr));
 }

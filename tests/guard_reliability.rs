@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, run, text, wait_with_timeout};
 use common::guard::{
-    Guard, OWNER, RUN, TIMEOUT, daemon_labelled, exists, inspect, ok, reap_command,
+    Guard, OWNER, RUN, TIMEOUT, cli, daemon_labelled, exists, inspect, ok, outcome, reap_command,
 };
 use common::raw_http::{raw, read_one};
 use serde_json::json;
@@ -897,33 +897,112 @@ fn a_daemon_restarted_mid_stream_ends_the_streams_with_errors_and_later_requests
     let _ = uploader.join();
     let status = status.expect("docker load ends when the daemon goes away");
     assert!(!status.success(), "docker load: {status}");
+    // The daemon's connection closed under the upload: so does the client's, with no
+    // answer a daemon never gave.
     assert!(
-        stderr.contains(&format!(
-            "podmend guard: the Docker daemon at {} failed: ",
-            daemon.host()
-        )),
-        "docker load says the daemon failed: {stderr}"
+        !stderr.trim().is_empty() && !stderr.contains("Error response from daemon"),
+        "docker load says the connection failed: {stderr}"
     );
 
-    // While it is down: a clear answer, and the guard keeps running.
+    // While it is down: refused as by the stopped daemon itself, and the guard keeps running.
     let out = run(guard.docker().args(["ps"]), None, TIMEOUT);
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains(&format!(
-            "podmend guard: cannot reach the Docker daemon at {}",
-            daemon.host()
+            "Cannot connect to the Docker daemon at {}",
+            guard.host()
         )),
         "{}",
         text(&out.stderr)
     );
     assert_eq!(guard.exited(), None, "the guard survived: {}", guard.log());
 
-    // Back up: the same guard serves again.
+    // Back up: the same guard serves again, once it has seen the daemon answer (it tries
+    // every 200 ms).
     daemon.start_again();
+    wait_until_served(&guard);
     let out = ok(guard.docker().args(RUN).args(["busybox", "echo", "back"]));
     assert_eq!(out, "back\n");
     ok(guard.docker().args(["ps", "-a"]));
     drop(guard);
+}
+
+/// Waits (up to 10 s) until `docker version` through `guard` reaches the daemon.
+fn wait_until_served(guard: &Guard) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = run(guard.docker().arg("version"), None, TIMEOUT);
+        if out.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the guard does not serve again: {}\n{}",
+            text(&out.stderr),
+            guard.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_daemon_that_is_down_fails_every_cli_through_the_guard_as_it_does_straight_to_it() {
+    // Its own daemon: this one is stopped and started again.
+    let mut daemon = Dockerd::start_with(&["--shutdown-timeout", "1"]);
+    let guard = start_guard(&daemon.host(), &unique("down"), "collect");
+    ok(guard.docker().arg("version"));
+    daemon.stop();
+
+    let info = ["info", "--format", "{{.ServerVersion}}"];
+    let configs = tempfile::tempdir().expect("tempdir");
+    // Through the guard: refused as by the stopped daemon. The guard holds an idle
+    // connection to the daemon, which the daemon closes as it stops (net/http/server.go,
+    // `Server.Close` closes every connection), so the guard knows at once; the wait only
+    // covers the guard's reaction.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while UnixStream::connect(&guard.socket).is_ok() {
+        assert!(Instant::now() < deadline, "not refused: {}", guard.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Every CLI says and does what it does straight to the stopped daemon.
+    for args in [
+        &info[..],
+        &["ps"][..],
+        &["run", "--rm", "busybox", "true"][..],
+    ] {
+        for which in ["28.x", "20.10"] {
+            let direct = run(
+                cli(which, &daemon.host(), configs.path()).args(args),
+                None,
+                TIMEOUT,
+            );
+            let through = run(
+                cli(which, &guard.host(), configs.path()).args(args),
+                None,
+                TIMEOUT,
+            );
+            assert_ne!(direct.status.code(), Some(0), "{which} {args:?}");
+            assert_eq!(
+                outcome(&through, &guard.host()),
+                outcome(&direct, &daemon.host()),
+                "{which} {args:?}: through the guard, then straight"
+            );
+        }
+    }
+    let ps = run(guard.docker().arg("ps"), None, TIMEOUT);
+    assert!(
+        text(&ps.stderr).contains(&format!(
+            "Cannot connect to the Docker daemon at {}",
+            guard.host()
+        )),
+        "{}",
+        text(&ps.stderr)
+    );
+
+    daemon.start_again();
+    wait_until_served(&guard);
+    let version = ok(guard.docker().args(info));
+    assert!(!version.trim().is_empty(), "{version:?}");
 }
 
 #[test]

@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::json;
 
+use super::collected::Collected;
 use super::docker::{DockerClient, DockerError, Event, Removal};
 use super::metrics::{GuardMetrics, Reason};
 use super::policy::{COMPOSE_PROJECT_LABEL, OWNER_LABEL, REAP_LABEL};
@@ -102,7 +103,14 @@ impl Ledger {
 
 /// Follows the daemon's events for the pod `owner` and removes its exited containers by
 /// `limits` until aborted. Never returns: connection failures are logged and retried.
-pub async fn run(client: DockerClient, owner: String, limits: Limits, metrics: Arc<GuardMetrics>) {
+/// What it removes is remembered in `collected`.
+pub async fn run(
+    client: DockerClient,
+    owner: String,
+    limits: Limits,
+    metrics: Arc<GuardMetrics>,
+    collected: Arc<Collected>,
+) {
     let label = format!("{OWNER_LABEL}={owner}");
     let filters = json!({"type": ["container"], "label": [label]});
     let mut ledger = Ledger::default();
@@ -136,7 +144,7 @@ pub async fn run(client: DockerClient, owner: String, limits: Limits, metrics: A
             warned = false;
         }
         backoff = Duration::from_millis(100);
-        collect_due(&client, &mut ledger, limits, &metrics).await;
+        collect_due(&client, &mut ledger, limits, &metrics, &collected).await;
         loop {
             let sleep = ledger.next_deadline(limits.min_age).map(|deadline| {
                 deadline
@@ -148,7 +156,8 @@ pub async fn run(client: DockerClient, owner: String, limits: Limits, metrics: A
                 event = stream.next() => match event {
                     Ok(Some(event)) => {
                         apply(&mut ledger, &event);
-                        collect_due(&client, &mut ledger, limits, &metrics).await;
+                        collected.saw(&event);
+                        collect_due(&client, &mut ledger, limits, &metrics, &collected).await;
                     }
                     Ok(None) | Err(_) => {
                         tracing::debug!("the daemon's event stream ended; reconnecting");
@@ -156,7 +165,7 @@ pub async fn run(client: DockerClient, owner: String, limits: Limits, metrics: A
                     }
                 },
                 () = tokio::time::sleep(sleep.unwrap_or(MAX_SLEEP)), if sleep.is_some() => {
-                    collect_due(&client, &mut ledger, limits, &metrics).await;
+                    collect_due(&client, &mut ledger, limits, &metrics, &collected).await;
                 }
             }
         }
@@ -213,6 +222,7 @@ async fn collect_due(
     ledger: &mut Ledger,
     limits: Limits,
     metrics: &GuardMetrics,
+    collected: &Collected,
 ) {
     for (id, reason) in ledger.due(SystemTime::now(), limits) {
         ledger.forget(&id);
@@ -220,6 +230,7 @@ async fn collect_due(
         match client.remove_stopped(&id).await {
             Ok(Removal::Removed) => {
                 metrics.container_removed(reason);
+                collected.removed(&id);
                 tracing::info!(id = short, %reason, "removed an exited container of this pod");
             }
             Ok(Removal::AlreadyGone) => {}

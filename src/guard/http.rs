@@ -8,8 +8,11 @@ use std::io;
 
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 
-/// Largest request or response head accepted (Go's `http.DefaultMaxHeaderBytes`).
-pub const MAX_HEAD: usize = 1 << 20;
+/// Largest request or response head accepted: Go's `http.DefaultMaxHeaderBytes` and the
+/// 4096 bytes of slack its server reads past it (net/http/server.go,
+/// `Server.initialReadLimitSize`), so a head dockerd reads the guard reads too, and one it
+/// answers `431` the guard answers `431`.
+pub const MAX_HEAD: usize = (1 << 20) + 4096;
 /// Largest chunk-size line (with extensions) or trailer line accepted.
 const MAX_CHUNK_LINE: usize = 4096;
 /// Largest trailer section accepted after the last chunk.
@@ -544,6 +547,10 @@ impl<R: AsyncRead + Unpin> Reader<R> {
     pub async fn read_head(&mut self) -> Result<Option<Vec<u8>>, HeadReadError> {
         loop {
             if let Some(end) = self.find_head_end() {
+                // However it arrived (a head read whole in one go is over the limit too).
+                if end > MAX_HEAD {
+                    return Err(HeadReadError::Framing(FramingError::HeadTooLarge));
+                }
                 let head = self.buffered()[..end].to_vec();
                 self.consume(end);
                 self.scanned = 0;
@@ -939,6 +946,25 @@ mod tests {
         assert!(matches!(
             reader.read_head().await,
             Err(HeadReadError::Framing(FramingError::TruncatedHead))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_head_over_the_limit_is_refused_even_when_it_arrives_whole() {
+        let head = |size: usize| {
+            let mut head = b"GET / HTTP/1.1\r\nX: ".to_vec();
+            head.resize(size - 4, b'a');
+            head.extend_from_slice(b"\r\n\r\n");
+            head
+        };
+        let at_limit = head(MAX_HEAD);
+        let mut reader = Reader::new(at_limit.as_slice());
+        assert_eq!(reader.read_head().await.unwrap().unwrap().len(), MAX_HEAD);
+        let over = head(MAX_HEAD + 1);
+        let mut reader = Reader::new(over.as_slice());
+        assert!(matches!(
+            reader.read_head().await,
+            Err(HeadReadError::Framing(FramingError::HeadTooLarge))
         ));
     }
 

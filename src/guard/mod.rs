@@ -12,11 +12,13 @@
 //! - [`tls`]: the docker:dind certificate tree and TLS on the guard's TCP listeners.
 //! - [`docker`]: a minimal daemon client for the clean-up.
 //! - [`collect`]: policy `collect`'s garbage collection of exited containers.
+//! - [`collected`]: what it removed, for the message a client asking for one gets.
 //! - [`reap`]: the pod-end clean-up and `guard reap`.
 //! - [`metrics`]: the guard's counters, `GET /metrics`, `/healthz` and `/readyz`.
 
 pub mod buildkit;
 pub mod collect;
+pub mod collected;
 pub mod docker;
 pub mod http;
 pub mod metrics;
@@ -35,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::dind::{Address, GuardCommand};
+use collected::Collected;
 use docker::DockerClient;
 use metrics::{GuardMetrics, Probes};
 pub use policy::{CreateDecision, OWNER_LABEL, Policy, REAP_LABEL};
@@ -42,7 +45,7 @@ use proxy::Shared;
 pub use reap::{ImageBudget, ReapMode, ReapReport};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use upstream::{AddressError, DaemonUpstream, Listener};
+use upstream::{AddressError, DaemonUpstream, Listener, SocketAccess};
 
 /// Why the guard could not start (once running, it only logs).
 #[derive(Debug, thiserror::Error)]
@@ -129,6 +132,7 @@ pub async fn run(
             &options.owner_pod_uid,
             Arc::clone(&guard_metrics),
             command.upstream_wait,
+            Arc::new(Collected::new(command.min_age, command.max_exited)),
         )
         .with_socket_binds(policy::SocketBinds {
             daemon: command.daemon_socket_paths.clone(),
@@ -186,9 +190,14 @@ async fn bind_listeners(command: &GuardCommand) -> Result<Vec<Listener>, GuardEr
         None => None,
         Some(dir) => Some(tls::ensure_tree(dir, &tls::server_names(&command.tls_san))?),
     };
+    let access =
+        SocketAccess::of_upstream(&command.upstream).map_err(|source| GuardError::Bind {
+            address: command.upstream.to_string(),
+            source,
+        })?;
     let mut listeners = Vec::new();
     for address in &command.listen {
-        let listener = Listener::bind(address, server_tls.as_ref())
+        let listener = Listener::bind(address, server_tls.as_ref(), &access)
             .await
             .map_err(|source| GuardError::Bind {
                 address: address.to_string(),
@@ -214,10 +223,18 @@ impl Serving {
         let command = &options.command;
         let listening = listeners.iter().map(Listener::local_address).collect();
         let listeners: Vec<Arc<Listener>> = listeners.into_iter().map(Arc::new).collect();
-        let accepting = listeners
+        let mut accepting: Vec<JoinHandle<()>> = listeners
             .iter()
             .map(|listener| tokio::spawn(accept_loop(Arc::clone(listener), Arc::clone(shared))))
             .collect();
+        accepting.push(tokio::spawn(Arc::clone(shared).watch_daemon()));
+        for listener in &listeners {
+            let listener = Arc::clone(listener);
+            let upstream = command.upstream.clone();
+            accepting.push(tokio::spawn(async move {
+                listener.adopt_access_of(&upstream).await;
+            }));
+        }
         let collector = (command.policy == Policy::Collect).then(|| {
             tokio::spawn(collect::run(
                 DockerClient::new(shared.upstream.clone()),
@@ -227,6 +244,7 @@ impl Serving {
                     max_exited: command.max_exited,
                 },
                 Arc::clone(&shared.metrics),
+                Arc::clone(&shared.collected),
             ))
         });
         let earlier_pods = command.daemon_in_pod.then(|| {
@@ -351,10 +369,24 @@ impl MetricsServer {
 }
 
 /// Accepts clients on one listener until aborted; each connection (its TLS handshake too)
-/// is served on its own task.
+/// is served on its own task. While the daemon is down the listener is closed, so clients
+/// are refused as by a daemon that is not running (the docker CLI then says "Cannot connect
+/// to the Docker daemon", and fails).
 async fn accept_loop(listener: Arc<Listener>, shared: Arc<Shared>) {
+    let mut down = shared.daemon_down();
     loop {
-        match listener.accept().await {
+        let went_down = async { down.wait_for(|down| *down).await.map(drop) };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            went_down = went_down => {
+                if went_down.is_err() {
+                    return;
+                }
+                refuse_while_down(&listener, &mut down).await;
+                continue;
+            }
+        };
+        match accepted {
             Ok(incoming) => {
                 let shared = Arc::clone(&shared);
                 tokio::spawn(async move {
@@ -370,6 +402,19 @@ async fn accept_loop(listener: Arc<Listener>, shared: Arc<Shared>) {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
+    }
+}
+
+/// Keeps `listener` closed until the daemon answers again, then listens again (retried
+/// while the address cannot be bound).
+async fn refuse_while_down(listener: &Listener, down: &mut tokio::sync::watch::Receiver<bool>) {
+    listener.close().await;
+    if down.wait_for(|down| !*down).await.is_err() {
+        return;
+    }
+    while let Err(error) = listener.reopen().await {
+        tracing::warn!(%error, listen = %listener.local_address(), "cannot listen again; retrying");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -14,8 +14,11 @@ pub use crate::dind::{IMAGE_OWNER_LABEL, OWNER_LABEL, Policy};
 pub const REAP_LABEL: &str = "podmend.io/reap";
 /// `docker compose` labels its containers with their project.
 pub const COMPOSE_PROJECT_LABEL: &str = "com.docker.compose.project";
-/// The largest create body read (they are a few KiB of JSON).
-pub const MAX_CREATE_BODY: usize = 1 << 20;
+/// The largest create body the guard reads to judge. dockerd sets no limit of its own (it
+/// decodes the body with a `json.Decoder` on the request stream); creates are a few KiB of
+/// JSON, and a large `--env-file` makes a few MiB, so this only bounds the memory one
+/// connection can hold.
+pub const MAX_CREATE_BODY: usize = 64 << 20;
 
 /// What `deny` answers, and the docker CLI prints.
 pub const DENY_MESSAGE: &str = "podmend: containers must be run with --rm on this CI runner (docker run --rm ...); ask the cluster admin to set the pod annotation podmend.io/dind-policy to reap or audit to allow it";
@@ -655,7 +658,12 @@ fn judge_container_create(
     target: &str,
     body: &[u8],
 ) -> GuardVerdict {
-    let (action, create, volumes) = match decide_create(policy, owner, binds, body) {
+    let decided = if holds_no_json(body) {
+        Err(None)
+    } else {
+        decide_create(policy, owner, binds, body).map_err(Some)
+    };
+    let (action, create, volumes) = match decided {
         Ok((mut create, sent, volumes)) => {
             create.name = query_name(target);
             match sent {
@@ -663,8 +671,10 @@ fn judge_container_create(
                 None => (Action::Refuse(Refusal::NoRm), Some(create), Vec::new()),
             }
         }
-        Err(CreateError::Refused(refusal)) => (Action::Refuse(refusal), None, Vec::new()),
-        Err(CreateError::Unjudgeable(message)) => (
+        // Nothing to create from: the daemon answers it.
+        Err(None) => (Action::Forward, None, Vec::new()),
+        Err(Some(CreateError::Refused(refusal))) => (Action::Refuse(refusal), None, Vec::new()),
+        Err(Some(CreateError::Unjudgeable(message))) => (
             Action::Refuse(Refusal::Unjudgeable(format!(
                 "podmend guard: cannot judge the container create request: {message}"
             ))),
@@ -688,6 +698,10 @@ fn judge_labelled_create(kind: RequestKind, owner: &str, body: &[u8]) -> Action 
     } else {
         "network"
     };
+    if holds_no_json(body) {
+        // Nothing to create from: the daemon answers it.
+        return Action::Forward;
+    }
     match label_object(owner, body) {
         Ok(body) => Action::RewriteBody(body),
         Err(message) => Action::Refuse(Refusal::Unjudgeable(format!(
@@ -699,21 +713,108 @@ fn judge_labelled_create(kind: RequestKind, owner: &str, body: &[u8]) -> Action 
 /// A network or volume create body with the owner label added (the client's labels kept, a
 /// forged owner label overwritten).
 fn label_object(owner: &str, body: &[u8]) -> Result<Vec<u8>, String> {
-    let mut config = json_object(body)?;
+    let JsonBody {
+        object: mut config,
+        rest,
+    } = json_object(body)?;
     canonicalise(&mut config, "Labels")?;
     let mut labels = labels_of(&config)?;
     labels.insert(OWNER_LABEL.to_string(), Value::String(owner.to_string()));
     config.insert("Labels".to_string(), Value::Object(labels));
-    serde_json::to_vec(&config).map_err(|e| format!("cannot encode the body: {e}"))
+    let mut sent =
+        serde_json::to_vec(&config).map_err(|e| format!("cannot encode the body: {e}"))?;
+    sent.extend_from_slice(rest.as_bytes());
+    Ok(sent)
 }
 
-/// A request body that must be a JSON object.
-fn json_object(body: &[u8]) -> Result<Map<String, Value>, String> {
-    match serde_json::from_slice(body) {
-        Ok(Value::Object(object)) => Ok(object),
-        Ok(_) => Err("the body is not a JSON object".to_string()),
-        Err(e) => Err(format!("the body is not valid JSON: {e}")),
+/// A request body that must hold a JSON object, read as dockerd's `json.Decoder` reads it:
+/// the object first, then `rest`, whatever followed it, which a rewrite sends on unchanged
+/// after the rewritten object so the daemon judges it as it would without the guard.
+struct JsonBody {
+    object: Map<String, Value>,
+    rest: String,
+}
+
+/// Reads `body` as Go's `encoding/json` does: invalid UTF-8 and lone surrogate escapes
+/// become U+FFFD ([`go_json_text`]) and the first value is decoded, whatever follows.
+fn json_object(body: &[u8]) -> Result<JsonBody, String> {
+    let text = go_json_text(body);
+    let mut values = serde_json::Deserializer::from_str(&text).into_iter::<Value>();
+    match values.next() {
+        Some(Ok(Value::Object(object))) => Ok(JsonBody {
+            object,
+            rest: text[values.byte_offset()..].to_string(),
+        }),
+        Some(Ok(_)) => Err("the body is not a JSON object".to_string()),
+        Some(Err(e)) => Err(format!("the body is not valid JSON: {e}")),
+        None => Err("the body is empty".to_string()),
     }
+}
+
+/// Whether `body` holds no JSON value at all (nothing or whitespace): dockerd answers such
+/// a create with an error and creates nothing, so the guard forwards it unjudged.
+fn holds_no_json(body: &[u8]) -> bool {
+    body.iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+}
+
+/// `body` as text with what Go's JSON decoder replaces replaced the same way, so serde_json
+/// reads what dockerd reads: each byte of invalid UTF-8 becomes U+FFFD, and a `\uXXXX`
+/// escape of a surrogate that is not half of a valid pair becomes `\ufffd`
+/// (encoding/json/decode.go, `unquoteBytes`).
+fn go_json_text(body: &[u8]) -> String {
+    let mut text = String::with_capacity(body.len());
+    for chunk in body.utf8_chunks() {
+        text.push_str(chunk.valid());
+        for _ in chunk.invalid() {
+            text.push(char::REPLACEMENT_CHARACTER);
+        }
+    }
+    if !text.contains("\\u") {
+        return text;
+    }
+    replace_lone_surrogates(&text)
+}
+
+/// `text` with each escape of a lone surrogate (outside a valid high-low pair) replaced by
+/// `\ufffd`. Escapes are only recognised after an odd run of backslashes.
+fn replace_lone_surrogates(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let escape_at = |i: usize| -> Option<u16> {
+        let hex = bytes.get(i..i + 6)?;
+        if &hex[..2] != b"\\u" {
+            return None;
+        }
+        u16::from_str_radix(std::str::from_utf8(&hex[2..]).ok()?, 16).ok()
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let mut copied = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        let Some(unit) = escape_at(i) else {
+            // Another escape: skip the escaped character too.
+            i += 2;
+            continue;
+        };
+        let high = (0xD800..0xDC00).contains(&unit);
+        let paired = high && escape_at(i + 6).is_some_and(|low| (0xDC00..0xE000).contains(&low));
+        if paired {
+            i += 12;
+        } else if (0xD800..0xE000).contains(&unit) {
+            out.push_str(&text[copied..i]);
+            out.push_str("\\ufffd");
+            i += 6;
+            copied = i;
+        } else {
+            i += 6;
+        }
+    }
+    out.push_str(&text[copied..]);
+    out
 }
 
 /// The `Labels` of a (canonicalised) body: absent and `null` are none.
@@ -787,7 +888,10 @@ fn decide_create(
     binds: &SocketBinds,
     body: &[u8],
 ) -> Result<DecidedCreate, CreateError> {
-    let mut config = json_object(body)?;
+    let JsonBody {
+        object: mut config,
+        rest,
+    } = json_object(body)?;
     let facts = read_create(&mut config)?;
     let verdict = |decision, set_auto_remove| CreateVerdict {
         decision,
@@ -800,7 +904,8 @@ fn decide_create(
     };
     let volumes = bound_volumes(&mut config)?;
     rewrite_socket_binds(&mut config, binds)?;
-    let sent = rewrite_create(config, owner, set_auto_remove, reap)?;
+    let mut sent = rewrite_create(config, owner, set_auto_remove, reap)?;
+    sent.extend_from_slice(rest.as_bytes());
     Ok((verdict(decision, set_auto_remove), Some(sent), volumes))
 }
 
@@ -1468,10 +1573,9 @@ mod tests {
     #[test]
     fn bodies_that_cannot_be_judged_are_invalid() {
         for body in [
-            &b""[..],
-            b"not json",
+            &b"not json"[..],
             b"[]",
-            br#"{"Image":"busybox"} trailing"#,
+            b"\"\\ud800\"",
             br#"{"HostConfig":[]}"#,
             br#"{"Labels":"x"}"#,
         ] {
@@ -1481,6 +1585,49 @@ mod tests {
                 "{body:?}: {judged:?}"
             );
         }
+    }
+
+    #[test]
+    fn bodies_are_read_as_gos_json_decoder_reads_them() {
+        // No value at all: forwarded for the daemon to answer (it creates nothing).
+        for body in [&b""[..], b" \r\n\t"] {
+            for (target, kind) in [
+                ("/containers/create", RequestKind::ContainerCreate),
+                ("/networks/create", RequestKind::NetworkCreate),
+                ("/volumes/create", RequestKind::VolumeCreate),
+            ] {
+                let judged = judge(Policy::Deny, "POST", target, body);
+                assert_eq!(judged.kind, kind);
+                assert_eq!(judged.action, Action::Forward, "{target} {body:?}");
+            }
+        }
+        // What follows the object is sent on after the rewritten object.
+        let judged = judge(
+            Policy::Rm,
+            "POST",
+            "/containers/create",
+            br#"{"Image":"busybox"} trailing"#,
+        );
+        let Action::RewriteBody(sent) = &judged.action else {
+            panic!("{judged:?}");
+        };
+        assert!(
+            sent.ends_with(b"} trailing"),
+            "{}",
+            String::from_utf8_lossy(sent)
+        );
+        // Lone surrogates and invalid UTF-8 become U+FFFD; a valid pair and an escaped
+        // backslash stay.
+        let body = b"{\"Image\":\"busybox\",\"Cmd\":[\"\\ud800\",\"\\udc00x\",\"\\ud83d\\ude00\",\"\\\\ud800\",\"\xff\"]}";
+        let judged = judge(Policy::Rm, "POST", "/containers/create", body);
+        let Action::RewriteBody(sent) = &judged.action else {
+            panic!("{judged:?}");
+        };
+        let sent: Value = serde_json::from_slice(sent).unwrap();
+        assert_eq!(
+            sent["Cmd"],
+            json!(["\u{fffd}", "\u{fffd}x", "\u{1f600}", "\\ud800", "\u{fffd}"])
+        );
     }
 
     #[test]

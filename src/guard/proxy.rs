@@ -4,7 +4,8 @@
 //! relayed in turn over one daemon connection (bodies streamed both ways, no body timeout);
 //! upgraded (`101`) or hijacked (`200` then raw) connections are relayed byte for byte with
 //! half-close. A request that arrives before the daemon has ever answered waits for it
-//! (bounded). Never panics on input; errors end the connection.
+//! (bounded). A head over [`MAX_HEAD`](super::http::MAX_HEAD) is answered `431`, as Go's
+//! server does. Never panics on input; errors end the connection.
 //!
 //! # Why a hand-written HTTP/1.1 relay, not hyper or a generic proxy
 //!
@@ -28,8 +29,13 @@
 //! - **Exactly one daemon connection per client connection, in order.** Requests are relayed
 //!   one at a time (pipelined ones wait their turn), so the daemon sees what the client sent
 //!   in the order sent, `Expect: 100-continue` is answered only for bodies the guard reads,
-//!   and a client that hangs up cancels the daemon's stream (`docker logs -f`), as Go's
-//!   server does.
+//!   and a client's end of stream is passed on as a half-close of the daemon connection:
+//!   the daemon answers a client that half-closed after its request, and cancels the stream
+//!   of one that hung up (`docker logs -f`), as it does without the guard.
+//!
+//! A daemon that is down is not answered for: the client's connection closes unanswered,
+//! and the listeners refuse connections until the daemon answers again
+//! ([`Shared::watch_daemon`]), as the daemon's own socket does.
 
 use std::collections::BTreeSet;
 use std::io;
@@ -38,9 +44,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadHalf, WriteHalf};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use super::buildkit::ResponseTap;
+use super::collected::Collected;
 use super::docker::DockerClient;
 use super::http::{
     BodyLength, CopyError, FramingError, HeadReadError, ReadBodyError, Reader, RequestHead,
@@ -56,6 +63,8 @@ use super::upstream::{BoxStream, DaemonUpstream};
 /// How long a closing connection keeps reading what the client still sends, so the client
 /// sees the last answer instead of a reset.
 const LINGER: Duration = Duration::from_secs(2);
+/// How often a daemon that is down is tried.
+const DOWN_PROBE: Duration = Duration::from_millis(200);
 
 /// Why a client connection ended early.
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +111,11 @@ pub struct Shared {
     images: Mutex<BTreeSet<String>>,
     /// Binds of the daemon's socket, and the guard's to give instead.
     socket_binds: SocketBinds,
+    /// Whether the daemon is known to be down: the listeners refuse connections meanwhile
+    /// ([`Shared::watch_daemon`]).
+    down: watch::Sender<bool>,
+    /// The containers policy `collect` removed, for the answer to a client asking for one.
+    pub collected: Arc<Collected>,
 }
 
 impl Shared {
@@ -111,6 +125,7 @@ impl Shared {
         owner_pod_uid: &str,
         metrics: Arc<GuardMetrics>,
         upstream_wait: Duration,
+        collected: Arc<Collected>,
     ) -> Self {
         Self {
             upstream,
@@ -122,8 +137,95 @@ impl Shared {
             reached: AtomicBool::new(false),
             wait_logged: AtomicBool::new(false),
             images: Mutex::new(BTreeSet::new()),
+            down: watch::Sender::new(false),
+            collected,
             socket_binds: SocketBinds::default(),
         }
+    }
+
+    /// Says whether the daemon is known to be down, and when that changes.
+    pub fn daemon_down(&self) -> watch::Receiver<bool> {
+        self.down.subscribe()
+    }
+
+    /// Notes that the daemon cannot be reached, once it had been (or the start-up wait for
+    /// it is over): the listeners close until it answers again.
+    /// Returns whether it was not known down before.
+    fn mark_down(&self, error: &io::Error) -> bool {
+        let changed = self
+            .down
+            .send_if_modified(|down| !std::mem::replace(down, true));
+        if changed {
+            tracing::warn!(
+                upstream = %self.upstream,
+                %error,
+                "the Docker daemon is down: connections are refused until it answers"
+            );
+        }
+        changed
+    }
+
+    fn mark_up(&self) {
+        if self
+            .down
+            .send_if_modified(|down| std::mem::replace(down, false))
+        {
+            tracing::info!(upstream = %self.upstream, "the Docker daemon answers again: listening");
+        }
+    }
+
+    /// Keeps one idle connection to the daemon and notices when the daemon closes it, so
+    /// that the guard refuses connections as soon as the daemon is gone, not only after a
+    /// client's request found it gone. A closed connection whose daemon still accepts a new
+    /// one (an idle timeout) is not a daemon that is down. While down, the daemon is tried
+    /// every [`DOWN_PROBE`]. Runs until aborted.
+    pub async fn watch_daemon(self: Arc<Self>) {
+        loop {
+            match self.connect_upstream().await {
+                Ok(stream) => {
+                    if let Err(error) = self.hold_idle(stream).await {
+                        tracing::debug!(%error, "the daemon closed the guard's idle connection");
+                    }
+                }
+                Err(error) if is_misconfiguration(&error) => {}
+                Err(error) => {
+                    if self.mark_down(&error) {
+                        self.metrics.upstream_error();
+                    }
+                }
+            }
+            tokio::time::sleep(DOWN_PROBE).await;
+        }
+    }
+
+    /// Pings the daemon over `stream`, says it is up when it answers, then waits until the
+    /// daemon closes the connection.
+    async fn hold_idle(&self, stream: BoxStream) -> io::Result<()> {
+        let (read, mut write) = tokio::io::split(stream);
+        let mut input = Reader::new(read);
+        write
+            .write_all(b"GET /_ping HTTP/1.1\r\nHost: docker\r\n\r\n")
+            .await?;
+        write.flush().await?;
+        let head = input
+            .read_head()
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?
+            .ok_or_else(|| io::Error::from(io::ErrorKind::UnexpectedEof))?;
+        let response = ResponseHead::parse(&head).map_err(io::Error::other)?;
+        let length = response.body_length("GET").map_err(io::Error::other)?;
+        input
+            .read_body(length, 4096)
+            .await
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        self.mark_up();
+        let mut discarded = 0;
+        while input.fill().await? > 0 && discarded < 1 << 20 {
+            let n = input.buffered().len();
+            input.consume(n);
+            discarded += n;
+        }
+        Ok(())
     }
 
     /// Rewrites (or refuses) binds of the daemon's socket by `binds`.
@@ -168,11 +270,8 @@ impl Shared {
                 }
                 Err(error) => {
                     let now = tokio::time::Instant::now();
-                    let waiting = !self.reached.load(Ordering::Acquire)
-                        && !matches!(
-                            error.kind(),
-                            io::ErrorKind::InvalidData | io::ErrorKind::PermissionDenied
-                        );
+                    let waiting =
+                        !self.reached.load(Ordering::Acquire) && !is_misconfiguration(&error);
                     if !waiting || now >= deadline {
                         return Err(error);
                     }
@@ -198,6 +297,8 @@ type ClientOut = WriteHalf<BoxStream>;
 struct Daemon {
     input: Reader<ReadHalf<BoxStream>>,
     output: WriteHalf<BoxStream>,
+    /// The client's end of stream was passed on: nothing more goes up.
+    up_closed: bool,
 }
 
 /// How one exchange ended.
@@ -247,8 +348,17 @@ async fn run(
     shared: &Shared,
 ) -> Result<Next, ProxyError> {
     loop {
-        let Some(head) = next_head(client_in, daemon).await? else {
-            return Ok(Next::Close);
+        let head = match next_head(client_in, daemon).await {
+            Ok(Some(head)) => head,
+            Ok(None) => return Ok(Next::Close),
+            Err(ProxyError::Request(error @ FramingError::HeadTooLarge)) => {
+                // As Go's server answers a head past its limit (net/http/server.go,
+                // `conn.serve`, the `errTooLarge` case).
+                let message = format!("podmend guard: {error}");
+                reply(client_out, 431, &message, true).await?;
+                return Err(ProxyError::Request(error));
+            }
+            Err(error) => return Err(error),
         };
         let (mut request, body_length) =
             match RequestHead::parse(&head).and_then(|r| r.body_length().map(|l| (r, l))) {
@@ -278,6 +388,7 @@ async fn run(
             body,
             streamed_body,
             records,
+            collected: collected_message(shared, &request),
         };
         match forward(client_in, client_out, daemon, shared, outgoing).await? {
             Next::KeepAlive if !close_after => {}
@@ -477,11 +588,14 @@ struct Outgoing<'a> {
     streamed_body: BodyLength,
     /// An image reference to remember if the daemon answers with success.
     records: Option<String>,
+    /// What a `404` answer says instead of the daemon's: the request names a container
+    /// policy `collect` removed.
+    collected: Option<String>,
 }
 
 /// Sends the request over the daemon connection (opened on first use, kept across
-/// requests) and relays the exchange; a daemon failure is answered `502` unless the client
-/// already has (part of) an answer.
+/// requests) and relays the exchange; a daemon that cannot be reached closes the client's
+/// connection unanswered ([`open_daemon`]).
 async fn forward(
     client_in: &mut ClientIn,
     client_out: &mut ClientOut,
@@ -493,22 +607,18 @@ async fn forward(
         Some(connection) => connection,
         None => daemon.insert(open_daemon(client_out, shared).await?),
     };
-    send(
-        client_out,
-        connection,
-        shared,
-        outgoing.request,
-        outgoing.body,
-    )
-    .await?;
+    send(connection, shared, outgoing.request, outgoing.body).await?;
     let mut status = 0;
-    let method = &outgoing.request.method;
+    let answer = Answer {
+        method: &outgoing.request.method,
+        collected: outgoing.collected.as_deref(),
+    };
     let next = exchange(
         client_in,
         client_out,
         connection,
         outgoing.streamed_body,
-        method,
+        answer,
         &mut status,
     )
     .await;
@@ -524,9 +634,8 @@ async fn forward(
 }
 
 /// Writes the request head (and a body from memory) to the daemon; when that fails, the
-/// client is answered `502`.
+/// client's connection is closed unanswered ([`open_daemon`] says why).
 async fn send(
-    client_out: &mut ClientOut,
     connection: &mut Daemon,
     shared: &Shared,
     request: &RequestHead,
@@ -544,17 +653,13 @@ async fn send(
         return Ok(());
     };
     shared.metrics.upstream_error();
-    let error = ProxyError::Daemon(source);
-    let message = format!(
-        "podmend guard: cannot reach the Docker daemon at {}: {error}",
-        shared.upstream.address()
-    );
-    reply(client_out, 502, &message, true).await?;
-    Err(error)
+    Err(ProxyError::Daemon(source))
 }
 
-/// The error an exchange ended with; a daemon failure is counted, and answered `502` unless
-/// the client already has (part of) an answer.
+/// The error an exchange ended with; a daemon failure is counted. A daemon that answers
+/// garbage gets the client a `502` (unless the client already has part of an answer); a
+/// daemon that went away closes the client's connection unanswered, as the daemon's own
+/// connection closed ([`open_daemon`] says why).
 async fn exchange_failed(
     client_out: &mut ClientOut,
     shared: &Shared,
@@ -566,7 +671,7 @@ async fn exchange_failed(
         ProxyError::Daemon(_) | ProxyError::NoResponse | ProxyError::Response(_)
     ) {
         shared.metrics.upstream_error();
-        if !answered {
+        if !answered && matches!(error, ProxyError::Response(_)) {
             let message = format!(
                 "podmend guard: the Docker daemon at {} failed: {error}",
                 shared.upstream.address()
@@ -579,7 +684,11 @@ async fn exchange_failed(
     error
 }
 
-/// A new daemon connection; when it cannot be made, the client is answered `502`.
+/// A new daemon connection; when the daemon is not there, the client's connection is
+/// closed unanswered. An HTTP answer would be an "Error response from daemon" to the docker CLI,
+/// which then believes a daemon answered: CLI 28.x's `docker info --format` exits 0 on one,
+/// and readiness loops pass. A connection that ends without an answer is an error of the
+/// connection, as with no daemon at all, and every CLI fails.
 async fn open_daemon(client_out: &mut ClientOut, shared: &Shared) -> Result<Daemon, ProxyError> {
     match shared.connect_upstream().await {
         Ok(stream) => {
@@ -587,6 +696,7 @@ async fn open_daemon(client_out: &mut ClientOut, shared: &Shared) -> Result<Daem
             Ok(Daemon {
                 input: Reader::new(read),
                 output: write,
+                up_closed: false,
             })
         }
         Err(source) => {
@@ -595,11 +705,30 @@ async fn open_daemon(client_out: &mut ClientOut, shared: &Shared) -> Result<Daem
                 address: shared.upstream.address().to_string(),
                 source,
             };
-            tracing::warn!(%error, "cannot forward a request");
-            reply(client_out, 502, &format!("podmend guard: {error}"), true).await?;
+            // A daemon refusing the guard itself (a certificate the CA does not vouch for,
+            // a socket the guard may not open) is the guard's set-up: say so to the client.
+            let ProxyError::Connect { source, .. } = &error else {
+                return Err(error);
+            };
+            if is_misconfiguration(source) {
+                tracing::warn!(%error, "cannot forward a request");
+                reply(client_out, 502, &format!("podmend guard: {error}"), true).await?;
+            } else {
+                tracing::info!(%error, "cannot forward a request; its connection is closed");
+                shared.mark_down(source);
+            }
             Err(error)
         }
     }
+}
+
+/// Whether a connect error is the guard's own set-up rather than a daemon that is down: a
+/// certificate the CA does not vouch for, a socket the guard may not open.
+fn is_misconfiguration(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::InvalidData | io::ErrorKind::PermissionDenied
+    )
 }
 
 /// Waits for the next request head. Meanwhile a daemon connection that the daemon closes
@@ -642,12 +771,12 @@ async fn exchange(
     client_out: &mut ClientOut,
     daemon: &mut Daemon,
     request_body: BodyLength,
-    method: &str,
+    answer: Answer<'_>,
     status: &mut u16,
 ) -> Result<Next, (ProxyError, bool)> {
     let response_done = Notify::new();
     let client_gone = Notify::new();
-    let Daemon { input, output } = daemon;
+    let Daemon { input, output, .. } = daemon;
 
     let send = send_body(
         client_in,
@@ -659,70 +788,125 @@ async fn exchange(
     let receive = async {
         let mut answered = false;
         let result = tokio::select! {
-            result = relay_response(input, client_out, method, &mut answered, status) => result,
+            result = relay_response(input, client_out, answer, &mut answered, status) => result,
             () = client_gone.notified() => Err(ProxyError::ClientGone),
         };
         response_done.notify_one();
         result.map_err(|e| (e, answered))
     };
-    let (send_failed, received) = tokio::join!(send, receive);
+    let (sent, received) = tokio::join!(send, receive);
+    if sent == Sent::ClientClosed {
+        daemon.up_closed = true;
+    }
     match received {
-        Ok(Next::KeepAlive) if send_failed => Ok(Next::Close),
+        Ok(Next::KeepAlive) if sent != Sent::Whole => Ok(Next::Close),
         other => other,
     }
 }
 
+/// How the request's half of an exchange ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// The body reached the daemon whole and the client is still there.
+    Whole,
+    /// The daemon stopped reading the body: the connection cannot carry another request.
+    Failed,
+    /// The client ended its stream (a half-close, a hang-up, a body cut short): that end of
+    /// stream was passed on to the daemon, which answers or cancels as it would without the
+    /// guard. Nothing more goes up this daemon connection.
+    ClientClosed,
+}
+
 /// The request's half of [`exchange`]: copies the body up, then watches the client until
-/// the response is done. Returns whether the body did not reach the daemon whole; notifies
-/// `client_gone` when the client hangs up or its body cannot be read.
+/// the response is done. A client that ends its stream is passed on as a half-close of the
+/// daemon connection, and the daemon's answer still comes down: Go's server writes the
+/// handler's reply to a client that half-closed (`printf 'GET /_ping ...' | socat`), and
+/// cancels the request's context on that end of stream, which ends a `docker logs -f`
+/// (net/http/server.go, `connReader.backgroundRead` and `handleReadError`). Notifies
+/// `client_gone` only when the client's body cannot be framed.
 async fn send_body(
     client_in: &mut ClientIn,
     daemon_out: &mut WriteHalf<BoxStream>,
     request_body: BodyLength,
     response_done: &Notify,
     client_gone: &Notify,
-) -> bool {
+) -> Sent {
     let sent = client_in.copy_body(request_body, daemon_out).await;
-    let daemon_failed = match sent {
-        Ok(()) => false,
+    let outcome = match sent {
+        Ok(()) => Sent::Whole,
         // The daemon may have answered early and closed: let the answer through.
         Err(CopyError::Write(error)) => {
             tracing::debug!(%error, "the daemon stopped reading the request body");
-            true
+            Sent::Failed
         }
-        Err(_) => {
+        Err(CopyError::Truncated | CopyError::Read(_)) => {
+            return pass_on_client_end(daemon_out, response_done).await;
+        }
+        Err(CopyError::Framing(_)) => {
             client_gone.notify_one();
-            return true;
+            return Sent::Failed;
         }
     };
-    // Until the response is complete, notice a client that hangs up (Go's server cancels
-    // the request then too: `docker logs -f` interrupted ends the daemon's stream).
-    // Once the client sent more (a pipelined request, or stdin for a hijacked stream),
-    // stop watching, as Go's server does.
+    // Until the response is complete, notice a client that ends its stream. Once the
+    // client sent more (a pipelined request, or stdin for a hijacked stream), stop
+    // watching, as Go's server does.
     loop {
         if !client_in.buffered().is_empty() {
             response_done.notified().await;
-            return daemon_failed;
+            return outcome;
         }
         tokio::select! {
             biased;
-            () = response_done.notified() => return daemon_failed,
+            () = response_done.notified() => return outcome,
             filled = client_in.fill() => match filled {
-                Ok(0) | Err(_) => {
-                    client_gone.notify_one();
-                    return daemon_failed;
-                }
+                Ok(0) | Err(_) => return pass_on_client_end(daemon_out, response_done).await,
                 Ok(_) => {}
             },
         }
     }
 }
 
+/// Half-closes the daemon connection for a client that ended its stream, then waits for
+/// the daemon's answer to be relayed.
+async fn pass_on_client_end(daemon_out: &mut WriteHalf<BoxStream>, response_done: &Notify) -> Sent {
+    if let Err(error) = daemon_out.shutdown().await {
+        tracing::debug!(%error, "cannot pass the client's end of stream on to the daemon");
+    }
+    response_done.notified().await;
+    Sent::ClientClosed
+}
+
+/// What the relay of a response needs to know of its request.
+#[derive(Debug, Clone, Copy)]
+struct Answer<'a> {
+    method: &'a str,
+    /// What a `404` says instead of the daemon's message ([`collected_message`]).
+    collected: Option<&'a str>,
+}
+
+/// The message for a request that names a container policy `collect` removed
+/// (`/containers/{name or id}/...`), if it does; HEAD requests carry no message.
+fn collected_message(shared: &Shared, request: &RequestHead) -> Option<String> {
+    if shared.policy != Policy::Collect || request.method == "HEAD" {
+        return None;
+    }
+    let path = policy::normalise_path(&request.target);
+    let mut segments = path.trim_start_matches('/').split('/');
+    let (Some("containers"), Some(reference)) = (segments.next(), segments.next()) else {
+        return None;
+    };
+    let listing = matches!(reference, "json" | "create" | "prune") && segments.next().is_none();
+    if listing {
+        return None;
+    }
+    shared.collected.message(reference)
+}
+
 /// Relays the response (interim `1xx` responses first), and its body by its framing.
 async fn relay_response<R, W>(
     daemon_in: &mut Reader<R>,
     client_out: &mut W,
-    method: &str,
+    answer: Answer<'_>,
     answered: &mut bool,
     status: &mut u16,
 ) -> Result<Next, ProxyError>
@@ -738,8 +922,14 @@ where
             Err(HeadReadError::Framing(error)) => return Err(ProxyError::Response(error)),
         };
         let response = ResponseHead::parse(&head).map_err(ProxyError::Response)?;
-        let length = response.body_length(method).map_err(ProxyError::Response)?;
+        let length = response
+            .body_length(answer.method)
+            .map_err(ProxyError::Response)?;
         *answered = true;
+        if let (404, Some(message)) = (response.status, answer.collected) {
+            *status = 404;
+            return answer_collected(daemon_in, client_out, &response, length, message).await;
+        }
         client_out
             .write_all(&head)
             .await
@@ -773,6 +963,32 @@ where
     }
 }
 
+/// Answers a `404` about a container policy `collect` removed with `message` in place of
+/// the daemon's (whose body is read and dropped), keeping the connection as the daemon did.
+async fn answer_collected<R, W>(
+    daemon_in: &mut Reader<R>,
+    client_out: &mut W,
+    response: &ResponseHead,
+    length: BodyLength,
+    message: &str,
+) -> Result<Next, ProxyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    match daemon_in.read_body(length, 64 << 10).await {
+        Ok(_) => {}
+        Err(ReadBodyError::Io(error)) => return Err(ProxyError::Daemon(error)),
+        Err(ReadBodyError::Framing(error)) => return Err(ProxyError::Response(error)),
+        Err(ReadBodyError::TooLarge | ReadBodyError::Truncated) => {
+            return Err(ProxyError::NoResponse);
+        }
+    }
+    let close = response.wants_close() || length == BodyLength::UntilClose;
+    reply(client_out, 404, message, close).await?;
+    Ok(if close { Next::Close } else { Next::KeepAlive })
+}
+
 /// Relays raw bytes both ways until both sides are done; an end of stream on one side is
 /// passed on as a half-close (`shutdown(SHUT_WR)`), and the other direction keeps flowing.
 /// With `tap`, the daemon's side is also read for the images BuildKit builds produce, which
@@ -783,16 +999,27 @@ async fn relay_raw(
     daemon: Daemon,
     tap: Option<Arc<Shared>>,
 ) -> io::Result<()> {
-    let up = pump(client_in, daemon.output);
+    let Daemon {
+        input,
+        output,
+        up_closed,
+    } = daemon;
+    let up = async move {
+        if up_closed {
+            Ok(())
+        } else {
+            pump(client_in, output).await
+        }
+    };
     match tap {
-        None => tokio::try_join!(up, pump(daemon.input, client_out)).map(|_| ()),
+        None => tokio::try_join!(up, pump(input, client_out)).map(|_| ()),
         Some(shared) => {
             let tapped = TapWriter {
                 inner: client_out,
                 tap: ResponseTap::default(),
                 shared,
             };
-            tokio::try_join!(up, pump(daemon.input, tapped)).map(|_| ())
+            tokio::try_join!(up, pump(input, tapped)).map(|_| ())
         }
     }
 }
@@ -889,7 +1116,9 @@ pub fn json_response(status: u16, message: &str, close: bool) -> Vec<u8> {
     let reason = match status {
         400 => "Bad Request",
         403 => "Forbidden",
+        404 => "Not Found",
         413 => "Payload Too Large",
+        431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         _ => "Error",
@@ -959,6 +1188,7 @@ mod tests {
             "uid-1",
             Arc::clone(&metrics),
             Duration::ZERO,
+            Arc::new(Collected::new(Duration::ZERO, 20)),
         ));
         let (mut client, guard_side) = tokio::io::duplex(1 << 16);
         let served = tokio::spawn(serve_connection(Box::pin(guard_side), shared));
@@ -1095,6 +1325,7 @@ mod tests {
             "uid-1",
             Arc::new(GuardMetrics::new()),
             Duration::from_secs(30),
+            Arc::new(Collected::new(Duration::ZERO, 20)),
         ));
         let (mut client, guard_side) = tokio::io::duplex(1 << 16);
         let served = tokio::spawn(serve_connection(Box::pin(guard_side), Arc::clone(&shared)));
@@ -1116,7 +1347,7 @@ mod tests {
         );
         assert_eq!(seen.lock().expect("record").len(), 1);
 
-        // Reached once: a daemon that goes away is answered at once.
+        // Reached once: a daemon that goes away closes the connection at once, unanswered.
         std::fs::remove_file(&socket).expect("remove the socket");
         let (mut client, guard_side) = tokio::io::duplex(1 << 16);
         let served = tokio::spawn(serve_connection(Box::pin(guard_side), shared));
@@ -1127,13 +1358,10 @@ mod tests {
         let mut answer = Vec::new();
         tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut answer))
             .await
-            .expect("answered at once")
+            .expect("closed at once")
             .expect("read");
         served.await.expect("the connection task ends");
-        assert!(
-            String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 502 Bad Gateway\r\n"),
-            "{answer:?}"
-        );
+        assert_eq!(String::from_utf8_lossy(&answer), "", "no answer at all");
     }
 
     #[tokio::test]

@@ -265,17 +265,24 @@ fn client_config(dir: &Path) -> Result<ClientConfig, AddressError> {
         .map_err(tls)
 }
 
-/// One of the guard's listeners.
-pub enum Listener {
-    Unix {
-        listener: UnixListener,
-        path: PathBuf,
-    },
-    Tcp {
-        listener: TcpListener,
-        /// TLS with client certificates, as `dockerd --tlsverify` serves.
-        tls: Option<TlsAcceptor>,
-    },
+/// One of the guard's listeners. It can stop listening and listen again on the same
+/// address ([`Listener::close`], [`Listener::reopen`]): while the daemon is down the guard
+/// refuses connections as the daemon's own closed socket does.
+pub struct Listener {
+    /// `None` while closed.
+    socket: tokio::sync::Mutex<Option<Socket>>,
+    /// The address listened on (a TCP port as bound, so reopening takes the same one).
+    address: Address,
+    /// TLS with client certificates on TCP, as `dockerd --tlsverify` serves.
+    tls: Option<TlsAcceptor>,
+    access: Mutex<SocketAccess>,
+    /// What [`Listener::local_address`] says.
+    local: String,
+}
+
+enum Socket {
+    Unix(UnixListener),
+    Tcp(TcpListener),
 }
 
 /// A client connection, accepted; a TLS one still has to complete its handshake, which
@@ -302,67 +309,122 @@ impl Incoming {
     }
 }
 
-impl Listener {
-    /// Binds `address`, serving TLS with `tls` on TCP (a Unix socket is always plain, as
-    /// dockerd's are). A stale Unix socket file (left by a previous run) is replaced, its
-    /// directory created, and the socket made connectable by every user of the pod (it lives
-    /// in the pod's own volume).
-    pub async fn bind(
-        address: &Address,
-        tls: Option<&Arc<rustls::ServerConfig>>,
-    ) -> io::Result<Self> {
-        match address {
-            Address::Unix(path) => {
-                if let Some(dir) = path.parent() {
-                    std::fs::create_dir_all(dir)?;
-                }
-                match std::fs::symlink_metadata(path) {
-                    Ok(meta) => {
-                        use std::os::unix::fs::FileTypeExt as _;
-                        if meta.file_type().is_socket() {
-                            std::fs::remove_file(path)?;
-                        } else {
-                            return Err(io::Error::new(
-                                io::ErrorKind::AlreadyExists,
-                                format!("{} exists and is not a socket", path.display()),
-                            ));
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
-                let listener = UnixListener::bind(path)?;
-                use std::os::unix::fs::PermissionsExt as _;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
-                Ok(Listener::Unix {
-                    listener,
-                    path: path.clone(),
-                })
-            }
-            Address::Tcp { host, port } => {
-                let addrs: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs()?.collect();
-                let first = addrs.first().copied().ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::NotFound, format!("{host} does not resolve"))
-                })?;
-                Ok(Listener::Tcp {
-                    listener: TcpListener::bind(first).await?,
-                    tls: tls.map(|config| TlsAcceptor::from(Arc::clone(config))),
-                })
-            }
+/// Who may connect to the guard's Unix sockets: an owner, a group and a mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SocketAccess {
+    /// `None`: the guard's own user and group (the socket's owner as created).
+    pub owner: Option<(u32, u32)>,
+    pub mode: u32,
+}
+
+impl SocketAccess {
+    /// The access of the daemon's socket for a Unix `upstream` (`root:docker 0660` for a
+    /// node's `docker.sock`): the guard's socket is no wider a door to the daemon than the
+    /// daemon's own. A daemon socket not there yet (a daemon that starts after the guard)
+    /// gives the guard's own user alone (`0600`). A TCP upstream is reachable by every
+    /// process of the pod's network namespace already, so the socket is open to every user
+    /// of the pod (`0666`).
+    pub fn of_upstream(upstream: &Address) -> io::Result<Self> {
+        use std::os::unix::fs::MetadataExt as _;
+        match upstream {
+            Address::Unix(path) => match std::fs::metadata(path) {
+                Ok(meta) => Ok(SocketAccess {
+                    owner: Some((meta.uid(), meta.gid())),
+                    mode: meta.mode() & 0o777,
+                }),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(SocketAccess {
+                    owner: None,
+                    mode: 0o600,
+                }),
+                Err(e) => Err(io::Error::new(
+                    e.kind(),
+                    format!("cannot read the access of {}: {e}", path.display()),
+                )),
+            },
+            Address::Tcp { .. } => Ok(SocketAccess {
+                owner: None,
+                mode: 0o666,
+            }),
         }
     }
 
-    /// The next client connection.
+    /// Gives the socket at `path` this owner and mode. Without `CAP_CHOWN` (the injected
+    /// guard drops every capability) the owner cannot be changed to a group the guard is
+    /// not in: the socket then keeps the guard's own user and group with the daemon's
+    /// mode, which lets fewer users in, never more, and says so.
+    fn apply(&self, path: &Path) -> io::Result<()> {
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Some((uid, gid)) = self.owner
+            && let Err(error) = std::os::unix::fs::chown(path, Some(uid), Some(gid))
+        {
+            if error.kind() != io::ErrorKind::PermissionDenied {
+                return Err(io::Error::new(
+                    error.kind(),
+                    format!(
+                        "cannot give {} the owner {uid}:{gid}: {error}",
+                        path.display()
+                    ),
+                ));
+            }
+            tracing::warn!(
+                socket = %path.display(),
+                uid,
+                gid,
+                %error,
+                "cannot give the guard's socket the owner and group of the daemon's socket (CAP_CHOWN is needed); it keeps the guard's own, so members of that group who are not root cannot connect"
+            );
+        }
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(self.mode))
+    }
+}
+
+impl Listener {
+    /// Binds `address`, serving TLS with `tls` on TCP (a Unix socket is always plain, as
+    /// dockerd's are). A stale Unix socket file (left by a previous run) is replaced, its
+    /// directory created, and the socket given the access of the daemon it stands in for
+    /// ([`SocketAccess::of_upstream`]): whoever cannot reach the daemon cannot reach it
+    /// through the guard either.
+    pub async fn bind(
+        address: &Address,
+        tls: Option<&Arc<rustls::ServerConfig>>,
+        access: &SocketAccess,
+    ) -> io::Result<Self> {
+        let socket = open_socket(address, access).await?;
+        let tls = tls.map(|config| TlsAcceptor::from(Arc::clone(config)));
+        let (address, local) = match (&socket, address) {
+            (Socket::Tcp(listener), _) => {
+                let bound = listener.local_addr()?;
+                let tls = if tls.is_some() { " (TLS)" } else { "" };
+                let address = Address::Tcp {
+                    host: bound.ip().to_string(),
+                    port: bound.port(),
+                };
+                (address, format!("tcp://{bound}{tls}"))
+            }
+            (Socket::Unix(_), address) => (address.clone(), address.to_string()),
+        };
+        Ok(Listener {
+            socket: tokio::sync::Mutex::new(Some(socket)),
+            address,
+            tls,
+            access: Mutex::new(*access),
+            local,
+        })
+    }
+
+    /// The next client connection; while closed, waits forever.
     pub async fn accept(&self) -> io::Result<Incoming> {
-        match self {
-            Listener::Unix { listener, .. } => {
+        let socket = self.socket.lock().await;
+        match socket.as_ref() {
+            None => std::future::pending().await,
+            Some(Socket::Unix(listener)) => {
                 let (stream, _) = listener.accept().await?;
                 Ok(Incoming::Ready(Box::pin(stream)))
             }
-            Listener::Tcp { listener, tls } => {
+            Some(Socket::Tcp(listener)) => {
                 let (stream, _) = listener.accept().await?;
                 let _ = stream.set_nodelay(true);
-                Ok(match tls {
+                Ok(match &self.tls {
                     None => Incoming::Ready(Box::pin(stream)),
                     Some(acceptor) => Incoming::Handshake(acceptor.clone(), stream),
                 })
@@ -370,24 +432,95 @@ impl Listener {
         }
     }
 
+    /// Stops listening: a connection is refused from now on (`ECONNREFUSED`), as with a
+    /// daemon that is not running; a Unix socket's file stays, so clients see the refusal
+    /// rather than a missing file. Connections not accepted yet are dropped.
+    pub async fn close(&self) {
+        self.socket.lock().await.take();
+    }
+
+    /// Listens again on the same address, with the same access, if closed.
+    pub async fn reopen(&self) -> io::Result<()> {
+        let mut socket = self.socket.lock().await;
+        if socket.is_none() {
+            let access = *lock(&self.access);
+            *socket = Some(open_socket(&self.address, &access).await?);
+        }
+        Ok(())
+    }
+
     /// Where it listens, as an address.
     pub fn local_address(&self) -> String {
-        match self {
-            Listener::Unix { path, .. } => format!("unix://{}", path.display()),
-            Listener::Tcp { listener, tls } => {
-                let tls = if tls.is_some() { " (TLS)" } else { "" };
-                listener
-                    .local_addr()
-                    .map(|a| format!("tcp://{a}{tls}"))
-                    .unwrap_or_else(|_| "tcp://?".to_string())
+        self.local.clone()
+    }
+
+    /// For a Unix socket bound before the daemon's socket existed (owner-only until then):
+    /// once the daemon's socket appears, gives this socket its access. Returns at once
+    /// otherwise; polls every 200 ms until then.
+    pub async fn adopt_access_of(&self, upstream: &Address) {
+        let (Address::Unix(path), Address::Unix(_)) = (&self.address, upstream) else {
+            return;
+        };
+        if lock(&self.access).owner.is_some() {
+            return;
+        }
+        loop {
+            match SocketAccess::of_upstream(upstream) {
+                Ok(access) if access.owner.is_some() => {
+                    *lock(&self.access) = access;
+                    if let Err(error) = access.apply(path) {
+                        tracing::warn!(%error, "cannot give the guard's socket the daemon socket's access");
+                    }
+                    return;
+                }
+                Ok(_) => {}
+                Err(error) => tracing::debug!(%error, "cannot read the daemon socket's access yet"),
             }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
     /// Removes the socket file, if any.
     pub fn remove_socket(&self) {
-        if let Listener::Unix { path, .. } = self {
+        if let Address::Unix(path) = &self.address {
             let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// A listening socket on `address`: a Unix one replaces a stale socket file, creates its
+/// directory and gets `access`.
+async fn open_socket(address: &Address, access: &SocketAccess) -> io::Result<Socket> {
+    match address {
+        Address::Unix(path) => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) => {
+                    use std::os::unix::fs::FileTypeExt as _;
+                    if meta.file_type().is_socket() {
+                        std::fs::remove_file(path)?;
+                    } else {
+                        return Err(io::Error::new(
+                            io::ErrorKind::AlreadyExists,
+                            format!("{} exists and is not a socket", path.display()),
+                        ));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            let listener = UnixListener::bind(path)?;
+            access.apply(path)?;
+            Ok(Socket::Unix(listener))
+        }
+        Address::Tcp { host, port } => {
+            let addrs: Vec<SocketAddr> = (host.as_str(), *port).to_socket_addrs()?.collect();
+            let first = addrs.first().copied().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::NotFound, format!("{host} does not resolve"))
+            })?;
+            Ok(Socket::Tcp(TcpListener::bind(first).await?))
         }
     }
 }

@@ -420,3 +420,18 @@ pub fn install_buildx(config_dir: &Path) {
         std::os::unix::fs::symlink(&plugin, &link).expect("link docker-buildx");
     }
 }
+
+/// What a docker CLI run says, comparable across daemons: its exit code and its stderr with
+/// `host` (the address it was aimed at) written as `HOST`.
+pub fn outcome(out: &Output, host: &str) -> (Option<i32>, String) {
+    (out.status.code(), text(&out.stderr).replace(host, "HOST"))
+}
+
+/// The docker CLI `which` ("28.x", first on PATH, or "20.10", Debian's) aimed at `host`, with
+/// a config directory under `configs`.
+pub fn cli(which: &str, host: &str, configs: &Path) -> Command {
+    match which {
+        "20.10" => debian_cli(host, &configs.join("cli-2010")),
+        _ => docker_cli(host, &configs.join("cli-28")),
+    }
+}
