@@ -319,8 +319,7 @@ async fn remove_what_the_pod_made(
     let owner = &options.owner_pod_uid;
     let removed = reap::remove_pod_containers(client, owner, metrics).await?;
     tracing::info!(removed, "removed this pod's containers");
-    let networks = reap::remove_pod_networks(client, owner, metrics).await?;
-    let volumes = reap::remove_pod_volumes(client, owner, metrics).await?;
+    let (networks, volumes) = reap::remove_pod_networks_and_volumes(client, owner, metrics).await?;
     tracing::info!(networks, volumes, "removed this pod's networks and volumes");
     if options.command.policy == Policy::Collect {
         let images = reap::remove_pod_images(client, owner, recorded, metrics).await?;

@@ -93,57 +93,31 @@ pub async fn remove_pod_containers(
     Ok(removed)
 }
 
-/// Removes every network labelled with the pod (after its containers: a network with
-/// containers attached is refused and kept). Returns how many it removed.
-pub async fn remove_pod_networks(
+/// Removes every network and named volume labelled with the pod (after its containers: one
+/// a container of someone else still uses is refused and kept). Returns how many networks
+/// and volumes it removed.
+pub async fn remove_pod_networks_and_volumes(
     client: &DockerClient,
     owner_pod_uid: &str,
     metrics: &GuardMetrics,
-) -> Result<u64, DockerError> {
+) -> Result<(u64, u64), DockerError> {
     let label = format!("{OWNER_LABEL}={owner_pod_uid}");
-    let mut removed = 0;
-    for network in client.networks_with_label(&label).await? {
-        match client.remove_network(&network.id).await {
+    let mut removed = (0, 0);
+    for leftover in Leftovers::list(client, &label).await?.all() {
+        let (kind, name) = leftover.kind_and_name();
+        match leftover.remove(client).await {
             Ok(Removal::Removed) => {
-                removed += 1;
-                metrics.network_removed();
-                tracing::info!(name = %network.name, "removed a network of this pod");
+                leftover.count(metrics, &mut removed);
+                tracing::info!(name, "removed a {kind} of this pod");
             }
             Ok(Removal::AlreadyGone) => {}
             Ok(Removal::InUse) => {
-                tracing::info!(name = %network.name, "kept a network of this pod: containers of others use it")
+                tracing::info!(
+                    name,
+                    "kept a {kind} of this pod: containers of others use it"
+                )
             }
-            Err(error) => {
-                tracing::warn!(%error, name = %network.name, "cannot remove a network of this pod")
-            }
-        }
-    }
-    Ok(removed)
-}
-
-/// Removes every volume labelled with the pod (after its containers: a volume a container
-/// uses is refused and kept). Returns how many it removed.
-pub async fn remove_pod_volumes(
-    client: &DockerClient,
-    owner_pod_uid: &str,
-    metrics: &GuardMetrics,
-) -> Result<u64, DockerError> {
-    let label = format!("{OWNER_LABEL}={owner_pod_uid}");
-    let mut removed = 0;
-    for volume in client.volumes_with_label(&label).await? {
-        match client.remove_volume(&volume.name).await {
-            Ok(Removal::Removed) => {
-                removed += 1;
-                metrics.volume_removed();
-                tracing::info!(name = %volume.name, "removed a volume of this pod");
-            }
-            Ok(Removal::AlreadyGone) => {}
-            Ok(Removal::InUse) => {
-                tracing::info!(name = %volume.name, "kept a volume of this pod: containers of others use it")
-            }
-            Err(error) => {
-                tracing::warn!(%error, name = %volume.name, "cannot remove a volume of this pod")
-            }
+            Err(error) => tracing::warn!(%error, name, "cannot remove a {kind} of this pod"),
         }
     }
     Ok(removed)
@@ -184,31 +158,20 @@ pub async fn remove_left_by_earlier_pods(
             }
         }
     }
-    let leftovers = Leftovers::list(client).await?;
-    let (mut networks, mut volumes) = (0, 0);
-    for network in leftovers
-        .networks
-        .iter()
-        .filter(|n| earlier(n.label(OWNER_LABEL)))
-    {
-        if let Ok(Removal::Removed) = client.remove_network(&network.id).await {
-            networks += 1;
-            metrics.network_removed();
-            tracing::info!(name = %network.name, "removed a network an earlier pod left on this pod's daemon");
+    let mut removed = (0, 0);
+    let leftovers = Leftovers::list(client, OWNER_LABEL).await?.all();
+    for leftover in leftovers.iter().filter(|l| earlier(l.owner())) {
+        if let Ok(Removal::Removed) = leftover.remove(client).await {
+            leftover.count(metrics, &mut removed);
+            let (kind, name) = leftover.kind_and_name();
+            tracing::info!(
+                name,
+                "removed a {kind} an earlier pod left on this pod's daemon"
+            );
         }
     }
-    for volume in leftovers
-        .volumes
-        .iter()
-        .filter(|v| earlier(v.label(OWNER_LABEL)))
-    {
-        if let Ok(Removal::Removed) = client.remove_volume(&volume.name).await {
-            volumes += 1;
-            metrics.volume_removed();
-            tracing::info!(name = %volume.name, "removed a volume an earlier pod left on this pod's daemon");
-        }
-    }
-    Ok((containers, networks, volumes))
+    let (networks, volumes) = removed;
+    Ok((containers, networks as usize, volumes as usize))
 }
 
 /// Removes the images the pod made: the references it tagged or its BuildKit builds wrote
@@ -350,7 +313,7 @@ pub async fn reap(
     // Containers (and networks and volumes) first, pods second: one listed before the pods
     // were is never mistaken for an orphan because its pod was created in between.
     let containers = client.containers_with_label(OWNER_LABEL).await?;
-    let leftovers = Leftovers::list(client).await?;
+    let leftovers = Leftovers::list(client, OWNER_LABEL).await?;
     let (doomed, kept, reason, gone) = match mode {
         ReapMode::OwnerGone { kubeconfig, node } => {
             let pods = live_pod_uids(kubeconfig.as_deref(), node.as_deref()).await?;
@@ -430,18 +393,70 @@ struct Leftovers {
     volumes: Vec<VolumeSummary>,
 }
 
-/// A network or named volume `guard reap` removes, and why.
+/// A network or named volume to remove, and why.
 enum Leftover {
     Network(NetworkSummary, String),
     Volume(VolumeSummary, String),
 }
 
+impl Leftover {
+    fn kind_and_name(&self) -> (&'static str, &str) {
+        match self {
+            Leftover::Network(n, _) => ("network", &n.name),
+            Leftover::Volume(v, _) => ("volume", &v.name),
+        }
+    }
+
+    fn owner(&self) -> Option<&str> {
+        match self {
+            Leftover::Network(n, _) => n.label(OWNER_LABEL),
+            Leftover::Volume(v, _) => v.label(OWNER_LABEL),
+        }
+    }
+
+    /// Removes it without force: one in use is refused by the daemon and kept.
+    async fn remove(&self, client: &DockerClient) -> Result<Removal, DockerError> {
+        match self {
+            Leftover::Network(n, _) => client.remove_network(&n.id).await,
+            Leftover::Volume(v, _) => client.remove_volume(&v.name).await,
+        }
+    }
+
+    /// Counts its removal in the metrics and in `removed` (networks, volumes).
+    fn count(&self, metrics: &GuardMetrics, removed: &mut (u64, u64)) {
+        match self {
+            Leftover::Network(..) => {
+                metrics.network_removed();
+                removed.0 += 1;
+            }
+            Leftover::Volume(..) => {
+                metrics.volume_removed();
+                removed.1 += 1;
+            }
+        }
+    }
+}
+
 impl Leftovers {
-    async fn list(client: &DockerClient) -> Result<Self, DockerError> {
+    /// Those carrying `label` (`KEY` or `KEY=VALUE`).
+    async fn list(client: &DockerClient, label: &str) -> Result<Self, DockerError> {
         Ok(Self {
-            networks: client.networks_with_label(OWNER_LABEL).await?,
-            volumes: client.volumes_with_label(OWNER_LABEL).await?,
+            networks: client.networks_with_label(label).await?,
+            volumes: client.volumes_with_label(label).await?,
         })
+    }
+
+    /// All of them, networks first (a network holds no volume; both wait for containers).
+    fn all(self) -> Vec<Leftover> {
+        let networks = self
+            .networks
+            .into_iter()
+            .map(|n| Leftover::Network(n, String::new()));
+        let volumes = self
+            .volumes
+            .into_iter()
+            .map(|v| Leftover::Volume(v, String::new()));
+        networks.chain(volumes).collect()
     }
 
     /// Those whose owner is not among the live `pods`. A blank owner is never a guard's.
@@ -504,32 +519,22 @@ async fn remove_leftovers(
     report: &mut ReapReport,
 ) -> Result<(), ReapError> {
     for leftover in gone {
-        let (kind, name, labels, why) = match &leftover {
-            Leftover::Network(n, why) => ("network", n.name.as_str(), &n.labels, why),
-            Leftover::Volume(v, why) => ("volume", v.name.as_str(), &v.labels, why),
+        let (kind, name) = leftover.kind_and_name();
+        let why = match &leftover {
+            Leftover::Network(_, why) | Leftover::Volume(_, why) => why,
         };
-        let owner = labels
-            .as_ref()
-            .and_then(|l| l.get(OWNER_LABEL))
-            .map_or("", String::as_str);
+        let owner = leftover.owner().unwrap_or_default();
         let describe = format!("{kind} {name} {OWNER_LABEL}={owner} ({why})");
         if dry_run {
             writeln!(out, "would remove {describe}").map_err(ReapError::Output)?;
             count_leftover(&leftover, report);
             continue;
         }
-        let removal = match &leftover {
-            Leftover::Network(n, _) => client.remove_network(&n.id).await,
-            Leftover::Volume(v, _) => client.remove_volume(&v.name).await,
-        };
-        match removal {
+        match leftover.remove(client).await {
             Ok(Removal::Removed) => {
                 writeln!(out, "removed {describe}").map_err(ReapError::Output)?;
                 count_leftover(&leftover, report);
-                match leftover {
-                    Leftover::Network(..) => metrics.network_removed(),
-                    Leftover::Volume(..) => metrics.volume_removed(),
-                }
+                leftover.count(metrics, &mut (0, 0));
             }
             Ok(Removal::AlreadyGone) => {}
             Ok(Removal::InUse) => {
