@@ -349,8 +349,8 @@ impl SocketAccess {
     }
 
     /// Gives the socket at `path` this owner and mode. Without `CAP_CHOWN` (the injected
-    /// guard drops every capability) the owner cannot be changed to a group the guard is
-    /// not in: the socket then keeps the guard's own user and group with the daemon's
+    /// guard keeps it; a guard started elsewhere may lack it) the owner cannot be changed to
+    /// a group the guard is not in: the socket then keeps the guard's own user and group with the daemon's
     /// mode, which lets fewer users in, never more, and says so.
     fn apply(&self, path: &Path) -> io::Result<()> {
         use std::os::unix::fs::PermissionsExt as _;

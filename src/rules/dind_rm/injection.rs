@@ -623,10 +623,13 @@ fn health_probe(path: &str, token: Option<&str>, port: u16, period: i32, failure
     }
 }
 
-/// Root, with every capability dropped: dockerd creates its socket root-owned with mode 0660
-/// (group `docker`, which docker:dind images lack, or ARC's `--group`), and the node's socket
-/// is root's with the node's docker group; as their owner, uid 0 opens both without any
-/// capability, whatever the group. No privilege escalation, a read-only root filesystem.
+/// Root, with every capability dropped but `CHOWN`: dockerd creates its socket root-owned
+/// with mode 0660 (group `docker`, which docker:dind images lack, or ARC's `--group`), and the
+/// node's socket is root's with the node's docker group; as their owner, uid 0 opens both
+/// without any capability, whatever the group. The guard gives its own socket the owner,
+/// group and mode of the one it stands in for, so that a non-root client in the node's docker
+/// group keeps its access: giving a file a group the process is not in takes `CAP_CHOWN`.
+/// No privilege escalation, a read-only root filesystem.
 fn security_context() -> SecurityContext {
     SecurityContext {
         run_as_user: Some(0),
@@ -635,7 +638,7 @@ fn security_context() -> SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
         capabilities: Some(Capabilities {
-            add: None,
+            add: Some(vec!["CHOWN".to_string()]),
             drop: Some(vec!["ALL".to_string()]),
         }),
         seccomp_profile: Some(SeccompProfile {

@@ -674,7 +674,7 @@ fn in_container_mode_a_daemon_among_init_containers_is_not_moved() {
 }
 
 #[test]
-fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capabilities() {
+fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capability_but_chown() {
     let mut spec = shared_var_run();
     spec["containers"][0]["ports"] = json!([{"containerPort": 9797}]);
     let (after, _) = repair(spec);
@@ -716,7 +716,7 @@ fn the_guard_is_built_from_its_command_with_probes_on_a_free_port_and_no_capabil
         guard["securityContext"],
         json!({"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": false,
             "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+            "capabilities": {"add": ["CHOWN"], "drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
     );
     for (_, path) in mounts(guard) {
         assert!(
