@@ -1187,6 +1187,26 @@ fn a_client_that_half_closes_after_its_request_gets_the_daemons_answer_through_t
         }
     }
 
+    // socat, as the issue's users send it: its stdin ends, it half-closes and reads on.
+    let socat = dockerd::find_program("socat")
+        .unwrap_or_else(|| panic!("socat is not installed: {}", dockerd::INSTALL_HINT));
+    for (who, socket) in [
+        ("dockerd", daemon.socket()),
+        ("guard", guard.socket.as_path()),
+    ] {
+        for _ in 0..20 {
+            let answer = run(
+                Command::new(&socat)
+                    .arg("-")
+                    .arg(format!("UNIX-CONNECT:{}", socket.display())),
+                Some(ping),
+                TIMEOUT,
+            );
+            let answer = text(&answer.stdout);
+            assert!(answer.ends_with("\r\n\r\nOK"), "{who}: {answer:?}");
+        }
+    }
+
     // A pause sent this way is answered, and the container is paused.
     let name = format!("podmend-half-close-{}", std::process::id());
     ok(guard
@@ -1323,6 +1343,39 @@ fn create_bodies_dockerd_decodes_get_the_same_answer_through_the_guard() {
         }
         let expected = if case == "empty" { 500 } else { 201 };
         assert_eq!(statuses, [expected, expected], "{case}: dockerd, guard");
+    }
+
+    // docker-py sends a non-UTF-8 argument (a lone surrogate from Python's
+    // surrogateescape) as a `\udcff` escape: created straight and through the guard alike.
+    let python = common::python::venv_python(&["docker"]);
+    let script = r#"
+import sys, docker
+client = docker.APIClient(base_url="unix://" + sys.argv[1])
+created = client.create_container("busybox", command=["echo", "a\udcffb"], name=sys.argv[2])
+print(created["Id"])
+"#;
+    for (who, socket) in [
+        ("dockerd", daemon.socket()),
+        ("guard", guard.socket.as_path()),
+    ] {
+        let name = format!("podmend-docker-py-{who}-{}", std::process::id());
+        let created = run(
+            Command::new(&python)
+                .args(["-c", script])
+                .arg(socket)
+                .arg(&name),
+            None,
+            TIMEOUT,
+        );
+        assert!(
+            created.status.success(),
+            "{who}: {}{}",
+            text(&created.stderr),
+            guard.log()
+        );
+        let cmd = inspect(daemon, &name, "{{json .Config.Cmd}}");
+        assert_eq!(cmd, "[\"echo\",\"a\u{fffd}b\"]", "{who}");
+        let _ = run(daemon.docker().args(["rm", "-f", &name]), None, TIMEOUT);
     }
 }
 
