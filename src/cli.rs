@@ -59,7 +59,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address of the HTTPS webhook; `[::]` takes IPv4 and IPv6 connections.
+    /// Address of the HTTPS webhook; [::] takes IPv4 and IPv6 connections.
     #[arg(long, default_value = "[::]:8443", env = "PODMEND_LISTEN")]
     pub listen: SocketAddr,
     /// Address of the plain-HTTP port for /metrics, /healthz and /readyz.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::Suite;
@@ -174,8 +174,9 @@ const EXPIRY_PODS: usize = 1000;
 /// compacted revision then gets 410 `Expired` with a token for the rest of the list in the
 /// Status (`handleCompactedErrorForPaging` in `k8s.io/apiserver/pkg/storage/etcd3/store.go`).
 /// A control plane of its own compacts every second while pods are written, and
-/// `clean-storms`, listing one pod a page, is held still for 4 s midway: the list outlives
-/// its snapshot.
+/// `clean-storms`, listing one pod a page, is held still midway (once the API server has
+/// served it two pages) until a list the test itself continued from later than that gets the
+/// 410: the list outlives its snapshot, however slow the machine.
 pub fn an_expired_continue_token_is_followed_with_the_token_the_410_carries_and_every_pod_is_planned_once(
     suite: &Suite,
 ) {
@@ -192,7 +193,13 @@ pub fn an_expired_continue_token_is_followed_with_the_token_the_410_carries_and_
         .runtime
         .spawn(write_until_stopped(client, writing.clone()));
     let started = Instant::now();
-    let run = paused_midway(&plane, &["clean-storms", "--dry-run", "--page-size", "1"]);
+    let client = suite.block_on(plane.client());
+    let run = paused_midway(
+        suite,
+        &plane,
+        &client,
+        &["clean-storms", "--dry-run", "--page-size", "1"],
+    );
     let took = started.elapsed();
     writing.store(false, std::sync::atomic::Ordering::Relaxed);
     suite.block_on(writer).expect("the writer ends");
@@ -217,10 +224,17 @@ pub fn an_expired_continue_token_is_followed_with_the_token_the_410_carries_and_
     drop(plane);
 }
 
-/// `podmend ARGS` stopped (SIGSTOP) 300 ms in, while it pages through the list, and let go on
-/// (SIGCONT) 4 s later: a client that falls behind, as one listing a large cluster page by
-/// page does, while the API server compacts every second.
-fn paused_midway(plane: &ControlPlane, args: &[&str]) -> Output {
+/// Runs podmend with `args` against `plane`, and holds it still (SIGSTOP) once the API
+/// server has served it two pages of pods, until the continue token of a list of the test's
+/// own, begun after podmend's, has expired (410): podmend's token is then older still.
+fn paused_midway(
+    suite: &Suite,
+    plane: &ControlPlane,
+    client: &kube::Client,
+    args: &[&str],
+) -> Output {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let lists_before = suite.block_on(pod_lists_served(client));
     let kubeconfig = plane.kubeconfig.display().to_string();
     let child = std::process::Command::new(BIN)
         .args(args)
@@ -230,13 +244,59 @@ fn paused_midway(plane: &ControlPlane, args: &[&str]) -> Output {
         .spawn()
         .expect("run podmend");
     let pid = child.id() as libc::pid_t;
-    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while suite.block_on(pod_lists_served(client)) < lists_before + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "podmend listed no pods within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // SAFETY: signals to our own child, which has not been reaped yet.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    std::thread::sleep(Duration::from_secs(4));
+    let page = suite
+        .block_on(pods.list(&ListParams::default().limit(1)))
+        .expect("a first page");
+    let token = page.metadata.continue_.expect("a continue token");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let next =
+            suite.block_on(pods.list(&ListParams::default().limit(1).continue_token(&token)));
+        match next {
+            Err(kube::Error::Api(status)) if status.code == 410 => break,
+            _ => {
+                assert!(
+                    Instant::now() < deadline,
+                    "no compaction expired a list within 60 s"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     child.wait_with_output().expect("podmend ends")
+}
+
+/// How many LIST requests for pods the API server has served (`apiserver_request_total`).
+async fn pod_lists_served(client: &kube::Client) -> u64 {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("a request");
+    let metrics = client
+        .request_text(request)
+        .await
+        .expect("the API server's metrics");
+    metrics
+        .lines()
+        .filter(|line| {
+            line.starts_with("apiserver_request_total{")
+                && line.contains("resource=\"pods\"")
+                && line.contains("verb=\"LIST\"")
+                && line.contains("subresource=\"\"")
+        })
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 /// Creates `n` pods of one ReplicaSet in `default` and sets each `Failed` with the kubelet's
