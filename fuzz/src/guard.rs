@@ -300,8 +300,12 @@ fn check_create(policy: Policy, body: &[u8], judged: &GuardVerdict) {
         assert_eq!(verdict.decision, CreateDecision::Deny);
         return;
     };
-    let input: Value = serde_json::from_slice(body).expect("a judged body is JSON");
     let output: Value = serde_json::from_slice(sent).expect("the guard sends JSON");
+    // What Go's decoder accepts and serde_json refuses (a lone surrogate escape, data after
+    // the object) is judged as Go reads it: the field-by-field comparison below needs serde.
+    let Ok(input) = serde_json::from_slice::<Value>(body) else {
+        return;
+    };
     let (Some(input), Some(output)) = (input.as_object(), output.as_object()) else {
         panic!("a judged create body is not a JSON object");
     };
