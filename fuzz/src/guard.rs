@@ -300,7 +300,12 @@ fn check_create(policy: Policy, body: &[u8], judged: &GuardVerdict) {
         assert_eq!(verdict.decision, CreateDecision::Deny);
         return;
     };
-    let output: Value = serde_json::from_slice(sent).expect("the guard sends JSON");
+    // The guard sends one JSON object, then whatever followed the client's (Go stops there).
+    let output: Value = serde_json::Deserializer::from_slice(sent)
+        .into_iter::<Value>()
+        .next()
+        .expect("the guard sends a JSON value")
+        .expect("the guard sends JSON");
     // What Go's decoder accepts and serde_json refuses (a lone surrogate escape, data after
     // the object) is judged as Go reads it: the field-by-field comparison below needs serde.
     let Ok(input) = serde_json::from_slice::<Value>(body) else {
