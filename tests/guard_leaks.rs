@@ -12,9 +12,9 @@ use std::time::Duration;
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, text};
 use common::guard::{
-    Guard, OWNER, RUN, exists, free_port, metric, ok, output, reap_command, uid, wait_until,
+    Guard, OWNER, RUN, exists, free_port, metric, ok, output, reap_command, runner_pod, uid,
+    wait_until,
 };
-use serde_json::json;
 
 /// The owner label of a volume or network (`kind`), straight from the daemon.
 fn owner_of(daemon: &Dockerd, kind: &str, name: &str) -> String {
@@ -184,13 +184,12 @@ fn volumes_and_networks_of_pods_that_are_gone_are_removed_by_the_reaper() {
     let stub = runtime.block_on(ApiStub::start(Vec::new(), Vec::new()));
     stub.set_objects(
         "pods",
-        vec![json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": "runner-alive", "namespace": "ci", "uid": alive},
-            "spec": {"nodeName": "node-a", "containers": [{"name": "job", "image": "docker:27-dind"}]},
-            "status": {"phase": "Running"},
-        })],
+        vec![runner_pod(
+            "runner-alive",
+            &alive,
+            "node-a",
+            Some("Running"),
+        )],
     );
     let reaped = ok(reap_command(&daemon.host())
         .arg("--kubeconfig")

@@ -15,7 +15,7 @@ use common::api_stub::ApiStub;
 use common::dockerd::{Dockerd, run, text, wait_with_timeout};
 use common::guard::{
     Guard, OWNER, RUN, TIMEOUT, daemon_labelled, exists, free_port, http_get, image_exists, metric,
-    ok, reap_command, uid, wait_until,
+    ok, reap_command, runner_pod, uid, wait_until,
 };
 use serde_json::{Value, json};
 
@@ -31,19 +31,6 @@ fn api_get(daemon: &Dockerd, path: &str) -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
-fn pod(name: &str, uid: &str, node: &str, phase: Option<&str>) -> Value {
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ci", "uid": uid},
-        "spec": {"nodeName": node, "containers": [{"name": "job", "image": "docker:27-dind"}]},
-    });
-    if let Some(phase) = phase {
-        pod["status"] = json!({"phase": phase});
-    }
-    pod
-}
-
 #[test]
 fn containers_a_sigkilled_guard_left_are_removed_by_the_reaper_once_the_api_says_the_pod_is_gone() {
     // Its own daemon: the reaper works across the whole daemon.
@@ -54,9 +41,9 @@ fn containers_a_sigkilled_guard_left_are_removed_by_the_reaper_once_the_api_says
     stub.set_objects(
         "pods",
         vec![
-            pod("runner-alive", &alive, "node-a", Some("Running")),
-            pod("runner-finished", &finished, "node-a", Some("Succeeded")),
-            pod("elsewhere", "uid-on-node-b", "node-b", Some("Running")),
+            runner_pod("runner-alive", &alive, "node-a", Some("Running")),
+            runner_pod("runner-finished", &finished, "node-a", Some("Succeeded")),
+            runner_pod("elsewhere", "uid-on-node-b", "node-b", Some("Running")),
         ],
     );
 

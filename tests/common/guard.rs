@@ -9,6 +9,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::dockerd::{Dockerd, docker_cli, run, text, wait_with_timeout};
+use serde_json::{Value, json};
 
 pub const PODMEND: &str = env!("CARGO_BIN_EXE_podmend");
 pub const TIMEOUT: Duration = Duration::from_secs(90);
@@ -188,6 +189,21 @@ impl Drop for Guard {
             }
         }
     }
+}
+
+/// A CI runner pod as the API server lists it to `guard reap`: `name` in namespace `ci`, with
+/// `uid`, on `node`, in `phase` (none: no status yet).
+pub fn runner_pod(name: &str, uid: &str, node: &str, phase: Option<&str>) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ci", "uid": uid},
+        "spec": {"nodeName": node, "containers": [{"name": "job", "image": "docker:27-dind"}]},
+    });
+    if let Some(phase) = phase {
+        pod["status"] = json!({"phase": phase});
+    }
+    pod
 }
 
 /// `podmend guard reap --upstream host`, without the caller's kubeconfig or Docker
