@@ -528,18 +528,21 @@ mod tests {
             .collect()
     }
 
+    /// What the `docker:dind` entrypoint serves by default: its socket, and TLS on 2376 with
+    /// the certificates in `/certs`.
+    fn entrypoint_addresses() -> Vec<(Address, Option<String>)> {
+        vec![
+            (unix("/var/run/docker.sock"), None),
+            (tcp("0.0.0.0", 2376), Some("/certs".to_string())),
+        ]
+    }
+
     #[test]
     fn the_entrypoint_with_no_arguments_serves_its_socket_and_tls_port_and_becomes_dockerd() {
         let m = moved(json!({}));
         assert_eq!(m.command, None);
         assert_eq!(m.args, strings(&["dockerd", PRIVATE]));
-        assert_eq!(
-            addresses(&m),
-            vec![
-                (unix("/var/run/docker.sock"), None),
-                (tcp("0.0.0.0", 2376), Some("/certs".to_string()))
-            ]
-        );
+        assert_eq!(addresses(&m), entrypoint_addresses());
     }
 
     #[test]
@@ -762,13 +765,7 @@ mod tests {
     fn tls_off_after_the_entrypoint_s_tls_branch_leaves_its_tls_listener() {
         // The entrypoint puts --tlsverify before it: TLS stays on.
         let m = moved(json!({"args": ["--tls=false"]}));
-        assert_eq!(
-            addresses(&m),
-            vec![
-                (unix("/var/run/docker.sock"), None),
-                (tcp("0.0.0.0", 2376), Some("/certs".to_string()))
-            ]
-        );
+        assert_eq!(addresses(&m), entrypoint_addresses());
     }
 
     #[test]
