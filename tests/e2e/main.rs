@@ -18,6 +18,7 @@ mod install;
 mod maintenance;
 mod node_affinity;
 mod pinniped;
+mod placement;
 mod real_node;
 mod teardown;
 mod tls_rollover;
@@ -126,6 +127,22 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
         agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
+    ),
+    (
+        "a_pinned_pod_that_fits_is_bound_by_kube_scheduler_and_one_that_never_fits_waits_pending_for_cpu",
+        placement::a_pinned_pod_that_fits_is_bound_by_kube_scheduler_and_one_that_never_fits_waits_pending_for_cpu,
+    ),
+    (
+        "a_pinned_agent_is_bound_by_kube_scheduler_to_a_node_whose_cpu_other_pods_requests_fill",
+        placement::a_pinned_agent_is_bound_by_kube_scheduler_to_a_node_whose_cpu_other_pods_requests_fill,
+    ),
+    (
+        "a_pinned_pod_on_a_node_with_a_user_no_schedule_taint_is_tolerated_and_bound_by_kube_scheduler",
+        placement::a_pinned_pod_on_a_node_with_a_user_no_schedule_taint_is_tolerated_and_bound_by_kube_scheduler,
+    ),
+    (
+        "a_pinned_pod_on_a_cordoned_node_is_left_pending_by_kube_scheduler",
+        placement::a_pinned_pod_on_a_cordoned_node_is_left_pending_by_kube_scheduler,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
