@@ -15,6 +15,7 @@ mod agent_requests;
 mod common;
 mod dind_rm;
 mod install;
+mod limit_ranger;
 mod maintenance;
 mod node_affinity;
 mod pinniped;
@@ -143,6 +144,18 @@ const TESTS: &[Test] = &[
     (
         "a_pinned_pod_on_a_cordoned_node_is_left_pending_by_kube_scheduler",
         placement::a_pinned_pod_on_a_cordoned_node_is_left_pending_by_kube_scheduler,
+    ),
+    (
+        "an_agent_without_resources_keeps_the_limit_range_default_limits_and_requests_zero",
+        limit_ranger::an_agent_without_resources_keeps_the_limit_range_default_limits_and_requests_zero,
+    ),
+    (
+        "an_agent_under_a_limit_range_min_requests_that_min_and_keeps_its_limits",
+        limit_ranger::an_agent_under_a_limit_range_min_requests_that_min_and_keeps_its_limits,
+    ),
+    (
+        "an_agent_under_a_limit_range_ratio_requests_the_least_the_ratio_allows_and_keeps_its_limits",
+        limit_ranger::an_agent_under_a_limit_range_ratio_requests_the_least_the_ratio_allows_and_keeps_its_limits,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
