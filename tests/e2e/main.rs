@@ -15,9 +15,11 @@ mod agent_requests;
 mod common;
 mod dind_rm;
 mod install;
+mod limit_ranger;
 mod maintenance;
 mod node_affinity;
 mod pinniped;
+mod placement;
 mod real_node;
 mod teardown;
 mod tls_rollover;
@@ -126,6 +128,34 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
         agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
+    ),
+    (
+        "a_pinned_pod_that_fits_is_bound_by_kube_scheduler_and_one_that_never_fits_waits_pending_for_cpu",
+        placement::a_pinned_pod_that_fits_is_bound_by_kube_scheduler_and_one_that_never_fits_waits_pending_for_cpu,
+    ),
+    (
+        "a_pinned_agent_is_bound_by_kube_scheduler_to_a_node_whose_cpu_other_pods_requests_fill",
+        placement::a_pinned_agent_is_bound_by_kube_scheduler_to_a_node_whose_cpu_other_pods_requests_fill,
+    ),
+    (
+        "a_pinned_pod_on_a_node_with_a_user_no_schedule_taint_is_tolerated_and_bound_by_kube_scheduler",
+        placement::a_pinned_pod_on_a_node_with_a_user_no_schedule_taint_is_tolerated_and_bound_by_kube_scheduler,
+    ),
+    (
+        "a_pinned_pod_on_a_cordoned_node_is_left_pending_by_kube_scheduler",
+        placement::a_pinned_pod_on_a_cordoned_node_is_left_pending_by_kube_scheduler,
+    ),
+    (
+        "an_agent_without_resources_keeps_the_limit_range_default_limits_and_requests_zero",
+        limit_ranger::an_agent_without_resources_keeps_the_limit_range_default_limits_and_requests_zero,
+    ),
+    (
+        "an_agent_under_a_limit_range_min_requests_that_min_and_keeps_its_limits",
+        limit_ranger::an_agent_under_a_limit_range_min_requests_that_min_and_keeps_its_limits,
+    ),
+    (
+        "an_agent_under_a_limit_range_ratio_requests_the_least_the_ratio_allows_and_keeps_its_limits",
+        limit_ranger::an_agent_under_a_limit_range_ratio_requests_the_least_the_ratio_allows_and_keeps_its_limits,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",

@@ -22,7 +22,7 @@ fn namespace(suite: &Suite, name: &str) {
 }
 
 /// kube-scheduler running.
-fn scheduler(suite: &Suite) {
+pub fn scheduler(suite: &Suite) {
     suite
         .block_on(suite.plane.ensure_scheduler())
         .unwrap_or_else(|e| panic!("{e}"));
@@ -30,7 +30,7 @@ fn scheduler(suite: &Suite) {
 
 /// podmend installed, and a namespace and a node of this name (with `taints`, as
 /// [`create_node`] takes them) that podmend's caches hold.
-fn namespace_and_node(suite: &Suite, name: &str, taints: &str) {
+pub fn namespace_and_node(suite: &Suite, name: &str, taints: &str) {
     ensure_installed(suite);
     namespace(suite, name);
     create_node(suite, name, taints);
@@ -66,7 +66,7 @@ fn poll<T>(within: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> 
 
 /// Waits until a server-side dry run of `pod` (through podmend) prints what `done` wants:
 /// podmend's caches follow the API server a moment behind, and a test must not race them.
-fn dry_run_until(suite: &Suite, pod: &Value, done: impl Fn(&str) -> bool) {
+pub fn dry_run_until(suite: &Suite, pod: &Value, done: impl Fn(&str) -> bool) {
     poll(Duration::from_secs(30), || {
         let output = kubectl_stdin_output(suite, &["create", "--dry-run=server", "-f", "-"], pod);
         let text = format!(
@@ -91,7 +91,7 @@ pub fn wait_until_podmend_knows(suite: &Suite, namespace: &str, node: &str) {
 }
 
 /// The stored pod.
-fn stored(suite: &Suite, namespace: &str, name: &str) -> Value {
+pub fn stored(suite: &Suite, namespace: &str, name: &str) -> Value {
     kubectl_json(suite, &["get", "pod", name, "-n", namespace, "-o", "json"])
 }
 
@@ -115,7 +115,7 @@ fn assert_stored_as_created(pod: &Value, node: &str) {
 }
 
 /// The events of `reason` about pod `name` once one exists (60 s at most).
-fn wait_for_event(suite: &Suite, namespace: &str, name: &str, reason: &str) -> Vec<Value> {
+pub fn wait_for_event(suite: &Suite, namespace: &str, name: &str, reason: &str) -> Vec<Value> {
     let selector = format!("involvedObject.name={name},reason={reason}");
     poll(Duration::from_secs(60), || {
         let events = kubectl_json(
@@ -141,7 +141,7 @@ fn wait_for_event(suite: &Suite, namespace: &str, name: &str, reason: &str) -> V
 }
 
 /// The pod once kube-scheduler bound it (60 s at most).
-fn wait_until_bound(suite: &Suite, namespace: &str, name: &str) -> Value {
+pub fn wait_until_bound(suite: &Suite, namespace: &str, name: &str) -> Value {
     poll(Duration::from_secs(60), || {
         let pod = stored(suite, namespace, name);
         if pod["spec"]["nodeName"].is_string() {
