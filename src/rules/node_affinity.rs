@@ -37,6 +37,10 @@ const DEFAULT_SCHEDULER: &str = "default-scheduler";
 /// `Pending` until the condition clears.
 const KUBERNETES_TAINTS: &str = "node.kubernetes.io/";
 
+/// The taint a cordon (`spec.unschedulable`) puts on a node (the node lifecycle controller's
+/// `doNoScheduleTaintingPass`, `pkg/controller/nodelifecycle`).
+const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
+
 pub struct NodeAffinity {
     config: NodeAffinityConfig,
 }
@@ -111,6 +115,7 @@ impl Rule for NodeAffinity {
                 .get_or_insert_with(Vec::new)
                 .extend(tolerations);
         }
+        messages.extend(untolerated_kubernetes_taints(spec, &node, cx));
         if let Some(class) = spec
             .priority_class_name
             .as_deref()
@@ -219,6 +224,38 @@ impl NodeAffinity {
         }
         Ok(added)
     }
+}
+
+/// What the pod now waits for: a Kubernetes NoSchedule taint on its node that it does not
+/// tolerate (a cordon, a node condition) kept the scheduler away, where `nodeName` went past
+/// it. Without the word, a cordoned node's pod sits `Pending` with no reason the user sees.
+fn untolerated_kubernetes_taints(
+    spec: &PodSpec,
+    node: &str,
+    cx: &RuleContext<'_>,
+) -> Option<String> {
+    let existing = spec.tolerations.as_deref().unwrap_or_default();
+    let keys: Vec<String> = cx
+        .cluster
+        .node_taints(node)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.effect == NO_SCHEDULE && t.key.starts_with(KUBERNETES_TAINTS))
+        .filter(|t| !existing.iter().any(|toleration| tolerates(toleration, t)))
+        .map(|t| {
+            if t.key == UNSCHEDULABLE_TAINT {
+                format!("{} (cordoned)", t.key)
+            } else {
+                t.key
+            }
+        })
+        .collect();
+    (!keys.is_empty()).then(|| {
+        format!(
+            "the pod waits Pending while node {node} has {}, which nodeName went past",
+            keys.join(", ")
+        )
+    })
 }
 
 /// The first constraint of the pod that the scheduler enforces and the kubelet never checked
@@ -506,8 +543,14 @@ mod tests {
                 {"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}
             ])
         );
-        assert_eq!(messages.len(), 2);
+        assert_eq!(messages.len(), 3, "{messages:?}");
         assert!(messages[1].contains("virtual-kubelet.io/provider"));
+        assert!(
+            messages[2].starts_with(
+                "the pod waits Pending while node vk has node.kubernetes.io/unschedulable (cordoned), node.kubernetes.io/disk-pressure,"
+            ),
+            "{messages:?}"
+        );
     }
 
     #[test]

@@ -216,9 +216,19 @@ pub fn a_pinned_pod_on_a_cordoned_node_is_left_pending_by_kube_scheduler(suite: 
     // never checks spec.unschedulable). podmend never tolerates Kubernetes' own taints, so the
     // pod waits Pending until the node is uncordoned.
     let printed = kubectl_stdin(suite, &["create", "-f", "-"], &pod);
+    let tolerated: Vec<&str> = printed
+        .lines()
+        .filter(|line| line.contains("tolerations added"))
+        .collect();
     assert!(
-        !printed.contains("node.kubernetes.io/unschedulable"),
+        !tolerated.is_empty() && tolerated.iter().all(|l| !l.contains("unschedulable")),
         "the cordon is not tolerated: {printed}"
+    );
+    assert!(
+        printed.contains(&format!(
+            "the pod waits Pending while node {node} has node.kubernetes.io/unschedulable (cordoned)"
+        )),
+        "kubectl tells the user what the pod waits for: {printed}"
     );
     let stored_pod = stored(suite, namespace, "p");
     let tolerations = stored_pod["spec"]["tolerations"].to_string();
