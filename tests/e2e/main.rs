@@ -16,6 +16,7 @@ mod common;
 mod dind_rm;
 mod install;
 mod maintenance;
+mod modes;
 mod node_affinity;
 mod pinniped;
 mod real_node;
@@ -126,6 +127,26 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
         agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
+    ),
+    (
+        "with_warn_set_in_the_chart_kubectl_prints_what_podmend_would_repair_and_the_pod_is_stored_as_created",
+        modes::with_warn_set_in_the_chart_kubectl_prints_what_podmend_would_repair_and_the_pod_is_stored_as_created,
+    ),
+    (
+        "with_deny_set_in_the_chart_the_api_server_refuses_the_pod_and_kubectl_shows_podmends_message",
+        modes::with_deny_set_in_the_chart_the_api_server_refuses_the_pod_and_kubectl_shows_podmends_message,
+    ),
+    (
+        "with_a_rule_off_in_the_chart_the_pod_keeps_what_it_governs_and_the_other_rules_still_repair",
+        modes::with_a_rule_off_in_the_chart_the_pod_keeps_what_it_governs_and_the_other_rules_still_repair,
+    ),
+    (
+        "the_charts_match_conditions_keep_skipped_and_mirror_pods_from_podmend_and_a_named_rule_skips_only_that_rule",
+        modes::the_charts_match_conditions_keep_skipped_and_mirror_pods_from_podmend_and_a_named_rule_skips_only_that_rule,
+    ),
+    (
+        "the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes",
+        modes::the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
