@@ -21,6 +21,7 @@ mod node_affinity;
 mod pinniped;
 mod real_node;
 mod teardown;
+mod templates;
 mod tls_rollover;
 mod upgrade;
 
@@ -147,6 +148,18 @@ const TESTS: &[Test] = &[
     (
         "the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes",
         modes::the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes,
+    ),
+    (
+        "a_deployment_pinned_by_node_name_is_warned_about_on_create_and_update_never_mutated_and_its_pods_are_repaired",
+        templates::a_deployment_pinned_by_node_name_is_warned_about_on_create_and_update_never_mutated_and_its_pods_are_repaired,
+    ),
+    (
+        "a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_is_bound_by_the_scheduler",
+        templates::a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_is_bound_by_the_scheduler,
+    ),
+    (
+        "a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_the_chart",
+        templates::a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_the_chart,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
