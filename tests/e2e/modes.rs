@@ -203,20 +203,14 @@ pub fn with_deny_set_in_the_chart_the_api_server_refuses_the_pod_and_kubectl_sho
     let deny = json!({"rules": {"nodeAffinity": {"mode": "deny"}}});
     with_values(suite, deny, || {
         // The chart registers the validating webhook only while a rule denies.
-        let validating = kubectl_json(
+        let url = stored_webhook(
             suite,
-            &["get", "validatingwebhookconfigurations", "-o", "json"],
-        );
-        let ours: Vec<&Value> = validating["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|c| c["webhooks"][0]["name"] == "validate.podmend.io")
-            .collect();
-        assert_eq!(ours.len(), 1, "{validating}");
-        let url = ours[0]["webhooks"][0]["clientConfig"]["url"]
+            "validatingwebhookconfigurations",
+            "validate.podmend.io",
+        )["clientConfig"]["url"]
             .as_str()
-            .unwrap_or_default();
+            .unwrap_or_default()
+            .to_string();
         assert!(url.ends_with("/validate"), "{url}");
 
         namespace_and_node(suite, "mode-deny");
@@ -395,22 +389,18 @@ pub fn the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes(sui
     let node = "mode-excluded";
     create_node(suite, node, "");
     let included = "mode-included";
-    suite
-        .block_on(suite.plane.create_namespace(included))
-        .unwrap_or_else(|e| panic!("{e}"));
-    wait_until_podmend_knows(suite, included, node);
     let ignored = "mode-ignored";
-    suite
-        .block_on(suite.plane.create_namespace(ignored))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let skipped = "mode-skipped";
+    for namespace in [included, ignored, skipped] {
+        suite
+            .block_on(suite.plane.create_namespace(namespace))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    wait_until_podmend_knows(suite, included, node);
     kubectl(
         suite,
         &["label", "namespace", ignored, "podmend.io/ignore=true"],
     );
-    let skipped = "mode-skipped";
-    suite
-        .block_on(suite.plane.create_namespace(skipped))
-        .unwrap_or_else(|e| panic!("{e}"));
 
     let values = json!({"webhook": {"skipNamespaces": [skipped]}});
     with_values(suite, values, || {
@@ -419,18 +409,7 @@ pub fn the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes(sui
         // pkg/admission/plugin/webhook/predicates/namespace/matcher.go,
         // `MatchNamespaceSelector`, first, against the namespace's labels, which include
         // `kubernetes.io/metadata.name`).
-        let config = kubectl_json(
-            suite,
-            &["get", "mutatingwebhookconfigurations", "-o", "json"],
-        );
-        let webhook = config["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|c| c["webhooks"].as_array().into_iter().flatten())
-            .find(|w| w["name"] == "mutate.podmend.io")
-            .unwrap_or_else(|| panic!("no mutate.podmend.io: {config}"))
-            .clone();
+        let webhook = stored_webhook(suite, "mutatingwebhookconfigurations", "mutate.podmend.io");
         let selector = webhook["namespaceSelector"].to_string();
         for name in ["kube-system", NAMESPACE, skipped, "podmend.io/ignore"] {
             assert!(selector.contains(name), "{name} in {selector}");
@@ -440,49 +419,77 @@ pub fn the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes(sui
         for namespace in excluded {
             wait_until_not_called(suite, namespace);
         }
-        let since = podmend_log(suite).len();
-        // Were podmend called for them, it would repair these pods (their node is known) or,
-        // for its own excluded namespaces, log them as skipped.
-        for namespace in excluded {
-            kubectl_stdin(
-                suite,
-                &["create", "-f", "-"],
-                &pinned_agent(namespace, "mode-excluded-agent", node),
-            );
-            assert_agent_as_created(&stored_pod(suite, namespace, "mode-excluded-agent"), node);
-        }
-        // The same pod where podmend is called: repaired, and logged.
+        assert_never_called(suite, &excluded, included, node);
+    });
+    // The pods in the shared namespaces go: no kubelet runs on their node.
+    for namespace in ["kube-system", NAMESPACE] {
+        force_delete_pod(suite, namespace, "mode-excluded-agent");
+    }
+}
+
+/// Creates the pinned agent in each namespace of `excluded` and asserts it is stored as
+/// created and podmend logged no review of it; then creates it in `included`, where it is
+/// repaired and logged (the log is written in order, so the earlier creates' lines would be
+/// in it by then). Were podmend called for the excluded ones, it would repair them (their
+/// node is known) or, for its own excluded namespaces, log them as skipped.
+fn assert_never_called(suite: &Suite, excluded: &[&str], included: &str, node: &str) {
+    let name = "mode-excluded-agent";
+    let since = podmend_log(suite).len();
+    for &namespace in excluded {
         kubectl_stdin(
             suite,
             &["create", "-f", "-"],
-            &pinned_agent(included, "mode-excluded-agent", node),
+            &pinned_agent(namespace, name, node),
         );
-        let control = stored_pod(suite, included, "mode-excluded-agent");
-        assert!(
-            control["metadata"]["annotations"]["podmend.io/mutated"].is_string(),
-            "{}",
-            control["metadata"]
-        );
-        wait_for_admission_line(suite, included, "mode-excluded-agent");
-        let log = podmend_log(suite);
-        let new = log.get(since..).unwrap_or_default();
-        for namespace in excluded {
-            let lines = admission_lines(new, namespace);
-            assert!(
-                lines.is_empty(),
-                "the API server called podmend for {namespace}: {lines:?}"
-            );
-        }
-    });
-    // Cleanup: the pods in the shared namespaces go; their nodeName node has no kubelet.
-    for namespace in ["kube-system", NAMESPACE] {
-        let output = suite
-            .plane
-            .kubectl()
-            .args(["delete", "pod", "mode-excluded-agent", "-n", namespace])
-            .args(["--grace-period=0", "--force", "--wait=false"])
-            .output()
-            .expect("run kubectl delete");
-        assert_success("kubectl delete pod", &output);
+        assert_agent_as_created(&stored_pod(suite, namespace, name), node);
     }
+    kubectl_stdin(
+        suite,
+        &["create", "-f", "-"],
+        &pinned_agent(included, name, node),
+    );
+    let control = stored_pod(suite, included, name);
+    assert!(
+        control["metadata"]["annotations"]["podmend.io/mutated"].is_string(),
+        "{}",
+        control["metadata"]
+    );
+    wait_for_admission_line(suite, included, name);
+    let log = podmend_log(suite);
+    let new = log.get(since..).unwrap_or_default();
+    for &namespace in excluded {
+        let lines = admission_lines(new, namespace);
+        assert!(
+            lines.is_empty(),
+            "the API server called podmend for {namespace}: {lines:?}"
+        );
+    }
+}
+
+/// Deletes the pod at once (a pod bound to a node without a kubelet waits for it otherwise).
+fn force_delete_pod(suite: &Suite, namespace: &str, name: &str) {
+    let output = suite
+        .plane
+        .kubectl()
+        .args(["delete", "pod", name, "-n", namespace])
+        .args(["--grace-period=0", "--force", "--wait=false"])
+        .output()
+        .expect("run kubectl delete");
+    assert_success("kubectl delete pod", &output);
+}
+
+/// The webhook `name` of the stored webhook configurations of `resource`
+/// (`mutatingwebhookconfigurations` or `validatingwebhookconfigurations`); fails unless
+/// exactly one has it.
+fn stored_webhook(suite: &Suite, resource: &str, name: &str) -> Value {
+    let configurations = kubectl_json(suite, &["get", resource, "-o", "json"]);
+    let found: Vec<&Value> = configurations["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["webhooks"].as_array().into_iter().flatten())
+        .filter(|w| w["name"] == name)
+        .collect();
+    assert_eq!(found.len(), 1, "one {name} in {configurations}");
+    found[0].clone()
 }

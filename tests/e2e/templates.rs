@@ -141,35 +141,10 @@ pub fn a_deployment_pinned_by_node_name_is_warned_about_on_create_and_update_nev
         pods[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
         pinned_to(ns)
     );
-    let replica_sets = items(suite, "replicasets", ns, app);
-    assert_eq!(
-        replica_sets.len(),
-        1,
-        "one ReplicaSet for one template: {}",
-        Value::from(replica_sets.clone())
-    );
-    assert_template_as_written(&replica_sets[0], ns);
+    assert_replica_sets_as_written(suite, ns, app, 1);
 
-    // A template change: warned on UPDATE (kubectl prints warnings on stderr), stored as
-    // written.
-    let output = suite
-        .plane
-        .kubectl()
-        .args([
-            "patch",
-            "deployment",
-            app,
-            "-n",
-            ns,
-            "--type",
-            "merge",
-            "-p",
-        ])
-        .arg(r#"{"spec":{"template":{"metadata":{"labels":{"revision":"2"}}}}}"#)
-        .output()
-        .expect("run kubectl patch");
-    assert_success("kubectl patch deployment", &output);
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    // A template change: warned on UPDATE, stored as written.
+    let stderr = patch_template_labels(suite, "deployment", ns, app);
     assert!(stderr.contains(&warning), "warned on UPDATE: {stderr}");
     let updated = stored(suite, "deployment", ns, app);
     assert_template_as_written(&updated, ns);
@@ -187,22 +162,43 @@ pub fn a_deployment_pinned_by_node_name_is_warned_about_on_create_and_update_nev
         pods.iter()
             .any(|p| p["metadata"]["labels"]["revision"] == "2" && repaired_and_bound(p, ns))
     });
-    let replica_sets = items(suite, "replicasets", ns, app);
-    assert_eq!(
-        replica_sets.len(),
-        2,
-        "one ReplicaSet per template: {}",
-        Value::from(replica_sets.clone())
-    );
-    for replica_set in &replica_sets {
-        assert_template_as_written(replica_set, ns);
-    }
+    assert_replica_sets_as_written(suite, ns, app, 2);
     let deployment = stored(suite, "deployment", ns, app);
     assert_eq!(
         deployment["status"]["observedGeneration"], deployment["metadata"]["generation"],
         "the controller has seen the last template: {}",
         deployment["status"]
     );
+}
+
+/// Adds the label `revision: "2"` to the template of the `kind` object `name` with
+/// `kubectl patch`, which must succeed; what kubectl printed on stderr (its warnings).
+fn patch_template_labels(suite: &Suite, kind: &str, namespace: &str, name: &str) -> String {
+    let output = suite
+        .plane
+        .kubectl()
+        .args([
+            "patch", kind, name, "-n", namespace, "--type", "merge", "-p",
+        ])
+        .arg(r#"{"spec":{"template":{"metadata":{"labels":{"revision":"2"}}}}}"#)
+        .output()
+        .expect("run kubectl patch");
+    assert_success(&format!("kubectl patch {kind} {name}"), &output);
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts the Deployment `app` has `count` ReplicaSets, each with its template as written.
+fn assert_replica_sets_as_written(suite: &Suite, namespace: &str, app: &str, count: usize) {
+    let replica_sets = items(suite, "replicasets", namespace, app);
+    assert_eq!(
+        replica_sets.len(),
+        count,
+        "one ReplicaSet per template: {}",
+        Value::from(replica_sets.clone())
+    );
+    for replica_set in &replica_sets {
+        assert_template_as_written(replica_set, namespace);
+    }
 }
 
 pub fn a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_is_bound_by_the_scheduler(
@@ -252,6 +248,17 @@ pub fn a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_
         "{}",
         pod["spec"]["tolerations"]
     );
+    assert_bound_by_the_scheduler(suite, ns, pod);
+    // The controller counts the pod as its node's (GetTargetNodeName reads the affinity once
+    // nodeName is gone) and makes no other.
+    let daemon_set = wait_until_daemon_set_counted(suite, ns, app);
+    assert_eq!(daemon_set["status"]["desiredNumberScheduled"], 1);
+    assert_eq!(items(suite, "pods", ns, app).len(), 1);
+}
+
+/// Asserts kube-scheduler reported binding `pod` (a `Scheduled` event from
+/// `default-scheduler`).
+fn assert_bound_by_the_scheduler(suite: &Suite, namespace: &str, pod: &Value) {
     let name = pod["metadata"]["name"].as_str().expect("name");
     let events = kubectl_json(
         suite,
@@ -259,7 +266,7 @@ pub fn a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_
             "get",
             "events",
             "-n",
-            ns,
+            namespace,
             "--field-selector",
             &format!("involvedObject.name={name},reason=Scheduled"),
             "-o",
@@ -274,10 +281,13 @@ pub fn a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_
             .any(|e| e["reportingComponent"] == "default-scheduler"),
         "kube-scheduler bound {name}: {events}"
     );
-    // The controller counts the pod as its node's (GetTargetNodeName reads the affinity once
-    // nodeName is gone) and makes no other.
-    let daemon_set = poll(Duration::from_secs(30), || {
-        let stored = stored(suite, "daemonset", ns, app);
+}
+
+/// The DaemonSet `name` once its controller has seen its last generation and counts one pod
+/// scheduled (30 s at most).
+fn wait_until_daemon_set_counted(suite: &Suite, namespace: &str, name: &str) -> Value {
+    poll(Duration::from_secs(30), || {
+        let stored = stored(suite, "daemonset", namespace, name);
         if stored["status"]["currentNumberScheduled"] == 1
             && stored["status"]["observedGeneration"] == stored["metadata"]["generation"]
         {
@@ -285,9 +295,7 @@ pub fn a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_
         } else {
             Err(format!("{}", stored["status"]))
         }
-    });
-    assert_eq!(daemon_set["status"]["desiredNumberScheduled"], 1);
-    assert_eq!(items(suite, "pods", ns, app).len(), 1);
+    })
 }
 
 /// A suspended Job pinned to `node`: it makes no pods, and the scheduling directives of its
@@ -339,15 +347,7 @@ pub fn a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_t
         // Had podmend rewritten the template on this UPDATE, the API server would refuse the
         // update as a change of an immutable field.
         let since = podmend_log(suite).len();
-        let output = suite
-            .plane
-            .kubectl()
-            .args(["patch", "job", "before", "-n", ns, "--type", "merge", "-p"])
-            .arg(r#"{"spec":{"template":{"metadata":{"labels":{"revision":"2"}}}}}"#)
-            .output()
-            .expect("run kubectl patch");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "the update is accepted: {stderr}");
+        let stderr = patch_template_labels(suite, "job", ns, "before");
         assert!(!stderr.contains("podmend"), "{stderr}");
         let before = stored(suite, "job", ns, "before");
         assert_eq!(
@@ -357,15 +357,21 @@ pub fn a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_t
         assert_template_as_written(&before, ns);
         // The API server did send the UPDATE (the chart's rules take Jobs on UPDATE), and
         // podmend left it alone on purpose.
-        let wanted = " name=before ";
-        let line = poll(Duration::from_secs(10), || {
-            let log = podmend_log(suite);
-            admission_lines(log.get(since..).unwrap_or_default(), ns)
-                .into_iter()
-                .find(|line| line.contains(wanted) && line.contains("operation=\"UPDATE\""))
-                .map(str::to_string)
-                .ok_or_else(|| format!("no review of the Job's update in:\n{log}"))
-        });
+        let line = review_of_update(suite, ns, "before", since);
         assert!(line.contains("skipped=\"operation\""), "{line}");
     });
+}
+
+/// podmend's log line about the UPDATE of `name` in `namespace`, logged after byte `since`
+/// of its log (10 s at most).
+fn review_of_update(suite: &Suite, namespace: &str, name: &str, since: usize) -> String {
+    let wanted = format!(" name={name} ");
+    poll(Duration::from_secs(10), || {
+        let log = podmend_log(suite);
+        admission_lines(log.get(since..).unwrap_or_default(), namespace)
+            .into_iter()
+            .find(|line| line.contains(&wanted) && line.contains("operation=\"UPDATE\""))
+            .map(str::to_string)
+            .ok_or_else(|| format!("no review of the update of {name} in:\n{log}"))
+    })
 }
