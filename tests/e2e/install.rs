@@ -209,7 +209,7 @@ pub fn with_config<T>(
 
 /// Writes `text` as the config of the installed `podmend serve` and waits until it reloaded
 /// it (it reloads a changed file within a second, and logs each reload).
-fn serve_config(suite: &Suite, text: &str) {
+pub fn serve_config(suite: &Suite, text: &str) {
     let podmend = crate::lock(&suite.podmend);
     let server = &podmend.as_ref().expect("installed").server;
     let path = server.config_path();

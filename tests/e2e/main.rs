@@ -17,11 +17,13 @@ mod dind_rm;
 mod install;
 mod limit_ranger;
 mod maintenance;
+mod modes;
 mod node_affinity;
 mod pinniped;
 mod placement;
 mod real_node;
 mod teardown;
+mod templates;
 mod tls_rollover;
 mod upgrade;
 
@@ -156,6 +158,36 @@ const TESTS: &[Test] = &[
     (
         "an_agent_under_a_limit_range_ratio_requests_the_least_the_ratio_allows_and_keeps_its_limits",
         limit_ranger::an_agent_under_a_limit_range_ratio_requests_the_least_the_ratio_allows_and_keeps_its_limits,
+        "with_warn_set_in_the_chart_kubectl_prints_what_podmend_would_repair_and_the_pod_is_stored_as_created",
+        modes::with_warn_set_in_the_chart_kubectl_prints_what_podmend_would_repair_and_the_pod_is_stored_as_created,
+    ),
+    (
+        "with_deny_set_in_the_chart_the_api_server_refuses_the_pod_and_kubectl_shows_podmends_message",
+        modes::with_deny_set_in_the_chart_the_api_server_refuses_the_pod_and_kubectl_shows_podmends_message,
+    ),
+    (
+        "with_a_rule_off_in_the_chart_the_pod_keeps_what_it_governs_and_the_other_rules_still_repair",
+        modes::with_a_rule_off_in_the_chart_the_pod_keeps_what_it_governs_and_the_other_rules_still_repair,
+    ),
+    (
+        "the_charts_match_conditions_keep_skipped_and_mirror_pods_from_podmend_and_a_named_rule_skips_only_that_rule",
+        modes::the_charts_match_conditions_keep_skipped_and_mirror_pods_from_podmend_and_a_named_rule_skips_only_that_rule,
+    ),
+    (
+        "the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes",
+        modes::the_api_server_never_calls_podmend_for_a_namespace_the_chart_excludes,
+    ),
+    (
+        "a_deployment_pinned_by_node_name_is_warned_about_on_create_and_update_never_mutated_and_its_pods_are_repaired",
+        templates::a_deployment_pinned_by_node_name_is_warned_about_on_create_and_update_never_mutated_and_its_pods_are_repaired,
+    ),
+    (
+        "a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_is_bound_by_the_scheduler",
+        templates::a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_is_bound_by_the_scheduler,
+    ),
+    (
+        "a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_the_chart",
+        templates::a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_the_chart,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
