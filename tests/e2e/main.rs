@@ -158,6 +158,8 @@ const TESTS: &[Test] = &[
     (
         "an_agent_under_a_limit_range_ratio_requests_the_least_the_ratio_allows_and_keeps_its_limits",
         limit_ranger::an_agent_under_a_limit_range_ratio_requests_the_least_the_ratio_allows_and_keeps_its_limits,
+    ),
+    (
         "with_warn_set_in_the_chart_kubectl_prints_what_podmend_would_repair_and_the_pod_is_stored_as_created",
         modes::with_warn_set_in_the_chart_kubectl_prints_what_podmend_would_repair_and_the_pod_is_stored_as_created,
     ),
