@@ -19,6 +19,7 @@ mod maintenance;
 mod node_affinity;
 mod pinniped;
 mod real_node;
+mod reinvocation;
 mod teardown;
 mod tls_rollover;
 mod upgrade;
@@ -126,6 +127,18 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
         agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
+    ),
+    (
+        "a_container_an_injector_adds_after_podmend_has_its_requests_zeroed_when_the_api_server_reinvokes_podmend",
+        reinvocation::a_container_an_injector_adds_after_podmend_has_its_requests_zeroed_when_the_api_server_reinvokes_podmend,
+    ),
+    (
+        "a_dind_pod_gets_no_second_guard_when_the_api_server_reinvokes_podmend",
+        reinvocation::a_dind_pod_gets_no_second_guard_when_the_api_server_reinvokes_podmend,
+    ),
+    (
+        "a_pod_podmend_already_repaired_gets_no_patch_when_the_api_server_reinvokes_podmend",
+        reinvocation::a_pod_podmend_already_repaired_gets_no_patch_when_the_api_server_reinvokes_podmend,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",

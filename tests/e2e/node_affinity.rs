@@ -51,7 +51,7 @@ fn pinned_pod(namespace: &str, name: &str, node: &str, extra: Value) -> Value {
 
 /// `attempt`'s value once it gives one, polling every 200 ms; fails after `within` with the
 /// last reason it gave.
-fn poll<T>(within: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> T {
+pub fn poll<T>(within: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + within;
     loop {
         match attempt() {
