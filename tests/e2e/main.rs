@@ -141,6 +141,10 @@ const TESTS: &[Test] = &[
         reinvocation::a_pod_podmend_already_repaired_gets_no_patch_when_the_api_server_reinvokes_podmend,
     ),
     (
+        "gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
+        dind_rm::gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
+    ),
+    (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
         tls_rollover::a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired,
     ),
