@@ -23,6 +23,7 @@ mod reinvocation;
 mod teardown;
 mod tls_rollover;
 mod upgrade;
+mod virtual_node;
 
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
@@ -143,6 +144,10 @@ const TESTS: &[Test] = &[
     (
         "gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
         dind_rm::gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
+    ),
+    (
+        "a_virtual_kubelets_pending_status_with_every_container_running_is_stored_as_running",
+        virtual_node::a_virtual_kubelets_pending_status_with_every_container_running_is_stored_as_running,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",

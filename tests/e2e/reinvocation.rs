@@ -248,11 +248,22 @@ fn prepare(suite: &Suite, namespace: &str) -> Injector {
     Injector::start(suite, namespace)
 }
 
-/// podmend's decisions on pod `name` in `namespace` (its `admission` log lines of the mutating
-/// webhook): each call's `result`, in order. Waits until there are `expected` of them: `serve`
-/// writes its log in batches.
-fn podmend_results(suite: &Suite, namespace: &str, name: &str, expected: usize) -> Vec<String> {
-    let results = |log: &str| -> Vec<String> {
+/// podmend's decisions on pod `name` in `namespace` (the `admission` log lines of its
+/// mutating webhook, which also takes `pods/status`): each call's operation and result
+/// (`CREATE patched`), in order. Waits until there are `expected` of them: `serve` writes its
+/// log in batches.
+pub fn podmend_decisions(
+    suite: &Suite,
+    namespace: &str,
+    name: &str,
+    expected: usize,
+) -> Vec<String> {
+    let field = |line: &str, key: &str| -> String {
+        line.split_once(&format!(" {key}=\""))
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map_or_else(|| format!("{key}?"), |(value, _)| value.to_string())
+    };
+    let decisions = |log: &str| -> Vec<String> {
         log.lines()
             .filter(|line| {
                 line.contains(" admission ")
@@ -260,16 +271,12 @@ fn podmend_results(suite: &Suite, namespace: &str, name: &str, expected: usize) 
                     && line.contains(&format!("namespace=\"{namespace}\""))
                     && line.contains(&format!(" name={name} "))
             })
-            .map(|line| {
-                line.split_once("result=\"")
-                    .and_then(|(_, rest)| rest.split_once('"'))
-                    .map_or_else(|| line.to_string(), |(result, _)| result.to_string())
-            })
+            .map(|line| format!("{} {}", field(line, "operation"), field(line, "result")))
             .collect()
     };
     let podmend = crate::lock(&suite.podmend);
     let server = &podmend.as_ref().expect("installed").server;
-    results(&server.log_once(|log| results(log).len() >= expected))
+    decisions(&server.log_once(|log| decisions(log).len() >= expected))
 }
 
 /// Creates `pod` in `namespace` and reads the stored pod back.
@@ -331,8 +338,8 @@ pub fn a_container_an_injector_adds_after_podmend_has_its_requests_zeroed_when_t
     assert_eq!(stored["metadata"]["annotations"][INJECTED], "true");
     // podmend was called twice for this pod, and patched both times.
     assert_eq!(
-        podmend_results(suite, namespace, "agent", 2),
-        ["patched", "patched"]
+        podmend_decisions(suite, namespace, "agent", 2),
+        ["CREATE patched", "CREATE patched"]
     );
 }
 
@@ -363,8 +370,8 @@ pub fn a_dind_pod_gets_no_second_guard_when_the_api_server_reinvokes_podmend(sui
     assert_eq!(stored["metadata"]["annotations"][INJECTED], "true");
     // podmend was called twice; the second time it found its guard and changed nothing.
     assert_eq!(
-        podmend_results(suite, namespace, "dind", 2),
-        ["patched", "allowed"]
+        podmend_decisions(suite, namespace, "dind", 2),
+        ["CREATE patched", "CREATE allowed"]
     );
 }
 
@@ -390,8 +397,8 @@ pub fn a_pod_podmend_already_repaired_gets_no_patch_when_the_api_server_reinvoke
     // patched again would log `patched` twice; without podmend, the requests stay 100m/32Mi.
     assert_eq!(stored["metadata"]["annotations"][INJECTED], "true");
     assert_eq!(
-        podmend_results(suite, namespace, "agent", 2),
-        ["patched", "allowed"]
+        podmend_decisions(suite, namespace, "agent", 2),
+        ["CREATE patched", "CREATE allowed"]
     );
     assert_eq!(
         stored["spec"]["containers"], sent[0]["spec"]["containers"],
