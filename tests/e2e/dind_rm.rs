@@ -166,7 +166,10 @@ const CI_PODS: &[CiPod] = &[
 ];
 
 /// Each real CI pod created through the API server is stored (so the API server's own
-/// validation, which runs after the mutating webhooks, accepted the repaired pod) with the
+/// validation accepted the repaired pod: the create handler runs the mutating admission before
+/// the registry's `Store.Create`, whose `rest.BeforeCreate` runs the pod strategy's `Validate`;
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go`, `createHandler`, and
+/// `staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go`) with the
 /// guard first among the init containers, a native sidecar listening where the daemon
 /// listened and forwarding to the daemon's private socket, the daemon on that socket only, and
 /// every client's `DOCKER_HOST` as it was. Without podmend the stored pod has no guard and the

@@ -10,13 +10,17 @@
 //! What the API server does, and where (Kubernetes v1.37):
 //! - Configurations are called in order of their names:
 //!   `staging/src/k8s.io/apiserver/pkg/admission/configuration/mutating_webhook_manager.go`,
-//!   `mergeMutatingWebhookConfigurations` sorts them `ByName` before appending their webhooks.
+//!   `mutatingWebhookConfigurationManager.getMutatingWebhookConfigurations` sorts them `ByName`
+//!   (`a[i].Name < a[j].Name`) before appending their webhooks.
 //! - A webhook whose patch changed the object makes every earlier webhook with
 //!   `reinvocationPolicy: IfNeeded` due for one more call:
 //!   `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/dispatcher.go`,
 //!   `mutatingDispatcher.Dispatch` (`RequireReinvokingPreviouslyInvokedPlugins` when `changed`,
 //!   and in the reinvocation round only webhooks `ShouldReinvokeWebhook` names are called);
-//!   `reinvocationcontext.go` keeps that set.
+//!   `reinvocationcontext.go` keeps that set. The whole mutating chain runs a second time, once
+//!   only: `staging/src/k8s.io/apiserver/pkg/admission/reinvocation.go`, `reinvoker.Admit`
+//!   calls `Admit` again when `ShouldReinvoke`, after `SetIsReinvoke`, and never a third time.
+//!   So the injector (`reinvocationPolicy: Never`) is called once and podmend twice.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
