@@ -612,7 +612,9 @@ fn kubeconfig_yaml(addr: SocketAddr, ca_pem: &str) -> String {
     )
 }
 
-async fn serve(listener: TcpListener, acceptor: TlsAcceptor, app: Router) {
+/// Serves `app` over TLS (`acceptor`) to every connection `listener` accepts, HTTP/1.1 or h2,
+/// until the task is dropped.
+pub async fn serve(listener: TcpListener, acceptor: TlsAcceptor, app: Router) {
     let mut connections = JoinSet::new();
     loop {
         while connections.try_join_next().is_some() {}

@@ -3,9 +3,13 @@
 
 use std::time::{Duration, Instant};
 
+use podmend::dind::GUARD_CONTAINER;
 use serde_json::{Value, json};
 
 use crate::Suite;
+use crate::common::dind::{
+    all_containers, argv, container, env_value, fixture_pod, guard, guard_command,
+};
 use crate::install::{
     ensure_installed, kubectl_json, kubectl_stdin, kubectl_stdin_output, with_config,
 };
@@ -116,4 +120,115 @@ pub fn a_dind_pod_in_a_namespace_whose_quota_covers_cpu_limits_is_admitted_with_
         .and_then(|init| init.iter().find(|c| c["name"] == "podmend-guard"))
         .unwrap_or_else(|| panic!("no guard in the stored pod: {stored:#}"));
     assert_eq!(guard["resources"]["limits"]["cpu"], "1", "{guard:#}");
+}
+
+/// A real CI pod: its fixture, the daemon's container, where the daemon listened (the guard
+/// listens there after the repair) and the daemon's argv after it.
+struct CiPod {
+    fixture: &'static str,
+    daemon: &'static str,
+    listen: &'static [&'static str],
+    daemon_argv: &'static [&'static str],
+}
+
+/// The daemon's only address after the repair: the socket only the guard dials.
+const PRIVATE: &str = "--host=unix:///podmend/daemon/docker.sock";
+
+const CI_PODS: &[CiPod] = &[
+    // GitLab's documented DinD-with-TLS service: the job dials tcp://docker:2376.
+    CiPod {
+        fixture: "gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml",
+        daemon: "svc-0",
+        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
+        daemon_argv: &["dockerd", PRIVATE],
+    },
+    // ARC's gha-runner-scale-set in dind mode: the runner dials /var/run/docker.sock.
+    CiPod {
+        fixture: "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
+        daemon: "dind",
+        listen: &["unix:///var/run/docker.sock"],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+    },
+    // The same with the daemon as a native sidecar (an init container, restartPolicy Always).
+    CiPod {
+        fixture: "arc-gha-runner-scale-set-values-0041559-dind-native-sidecar-template.yaml",
+        daemon: "dind",
+        listen: &["unix:///var/run/docker.sock"],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+    },
+    // The legacy summerwind runner with its docker sidecar on /run/docker.sock.
+    CiPod {
+        fixture: "arc-legacy-summerwind-runner-pod-docker-dind-sidecar-reconstructed.yaml",
+        daemon: "docker",
+        listen: &["unix:///run/docker.sock"],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+    },
+];
+
+/// Each real CI pod created through the API server is stored (so the API server's own
+/// validation accepted the repaired pod: the create handler runs the mutating admission before
+/// the registry's `Store.Create`, whose `rest.BeforeCreate` runs the pod strategy's `Validate`;
+/// `staging/src/k8s.io/apiserver/pkg/endpoints/handlers/create.go`, `createHandler`, and
+/// `staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go`) with the
+/// guard first among the init containers, a native sidecar listening where the daemon
+/// listened and forwarding to the daemon's private socket, the daemon on that socket only, and
+/// every client's `DOCKER_HOST` as it was. Without podmend the stored pod has no guard and the
+/// daemon listens on the clients' address itself.
+pub fn gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place(suite: &Suite) {
+    ensure_installed(suite);
+    let namespace = "dind-ci-pods";
+    suite
+        .block_on(suite.plane.create_namespace(namespace))
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (i, case) in CI_PODS.iter().enumerate() {
+        let context = case.fixture;
+        let name = format!("ci-{i}");
+        let mut pod = fixture_pod(case.fixture, &name);
+        pod["metadata"]["namespace"] = json!(namespace);
+        let printed = kubectl_stdin(suite, &["create", "-f", "-"], &pod);
+        assert!(printed.contains("created"), "{context}: {printed}");
+        let stored = kubectl_json(suite, &["get", "pod", &name, "-n", namespace, "-o", "json"]);
+        let spec = &stored["spec"];
+        assert!(
+            stored["metadata"]["annotations"]["podmend.io/mutated"]
+                .as_str()
+                .is_some_and(|rules| rules.split(',').any(|rule| rule == "dind-rm")),
+            "{context}: {}",
+            stored["metadata"]
+        );
+        let guards = all_containers(spec)
+            .iter()
+            .filter(|c| c["name"] == GUARD_CONTAINER)
+            .count();
+        assert_eq!(guards, 1, "{context}: {spec:#}");
+        assert_eq!(
+            spec["initContainers"][0]["name"], GUARD_CONTAINER,
+            "{context}"
+        );
+        assert_eq!(guard(spec)["restartPolicy"], "Always", "{context}");
+        let command = guard_command(spec);
+        let listen: Vec<String> = command.listen.iter().map(ToString::to_string).collect();
+        assert_eq!(listen, case.listen, "{context}");
+        assert_eq!(
+            command.upstream.to_string(),
+            "unix:///podmend/daemon/docker.sock",
+            "{context}"
+        );
+        assert_eq!(
+            argv(container(spec, case.daemon)),
+            case.daemon_argv,
+            "{context}"
+        );
+        for client in all_containers(&pod["spec"]) {
+            let client_name = client["name"].as_str().unwrap_or_default();
+            if client_name == case.daemon {
+                continue;
+            }
+            assert_eq!(
+                env_value(container(spec, client_name), "DOCKER_HOST"),
+                env_value(client, "DOCKER_HOST"),
+                "{context}: {client_name}'s DOCKER_HOST"
+            );
+        }
+    }
 }

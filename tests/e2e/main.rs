@@ -22,10 +22,12 @@ mod node_affinity;
 mod pinniped;
 mod placement;
 mod real_node;
+mod reinvocation;
 mod teardown;
 mod templates;
 mod tls_rollover;
 mod upgrade;
+mod virtual_node;
 
 use std::io::Write as _;
 use std::panic::AssertUnwindSafe;
@@ -190,6 +192,26 @@ const TESTS: &[Test] = &[
     (
         "a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_the_chart",
         templates::a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_the_chart,
+    ),
+    (
+        "a_container_an_injector_adds_after_podmend_has_its_requests_zeroed_when_the_api_server_reinvokes_podmend",
+        reinvocation::a_container_an_injector_adds_after_podmend_has_its_requests_zeroed_when_the_api_server_reinvokes_podmend,
+    ),
+    (
+        "a_dind_pod_gets_no_second_guard_when_the_api_server_reinvokes_podmend",
+        reinvocation::a_dind_pod_gets_no_second_guard_when_the_api_server_reinvokes_podmend,
+    ),
+    (
+        "a_pod_podmend_already_repaired_gets_no_patch_when_the_api_server_reinvokes_podmend",
+        reinvocation::a_pod_podmend_already_repaired_gets_no_patch_when_the_api_server_reinvokes_podmend,
+    ),
+    (
+        "gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
+        dind_rm::gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
+    ),
+    (
+        "a_virtual_kubelets_pending_status_with_every_container_running_is_stored_as_running",
+        virtual_node::a_virtual_kubelets_pending_status_with_every_container_running_is_stored_as_running,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",

@@ -2,8 +2,10 @@
 //! `scripts/build-control-plane`: etcd and kube-apiserver on loopback ports in a temporary
 //! directory, and kube-controller-manager and kube-scheduler once a test asks for them.
 //!
-//! - The admin is a client certificate in `system:masters`; authorization is RBAC; the API
-//!   server signs service-account tokens with a key pair of the suite's own.
+//! - The admin is a client certificate in `system:masters`; authorization is the Node
+//!   authorizer and RBAC, with the NodeRestriction admission plugin, so a request as a node
+//!   identity is judged as a kubelet's; the API server signs service-account tokens with a key
+//!   pair of the suite's own.
 //! - etcd runs with `--unsafe-no-fsync` (its data directory is on disk, but nothing waits for
 //!   the disk): figures measured through this control plane divide by that setting.
 //! - The controller-manager runs every controller but the node-lifecycle controller. Test
@@ -443,7 +445,9 @@ fn apiserver_args(pki: &Pki, port: u16, etcd: std::net::SocketAddr) -> Vec<Strin
         file("tls-cert-file", &pki.serving_cert),
         file("tls-private-key-file", &pki.serving_key),
         file("client-ca-file", &pki.ca_cert),
-        "--authorization-mode=RBAC".into(),
+        // The Node authorizer and NodeRestriction, as kubeadm sets them: a request as a node
+        // identity (`system:node:NAME`, group `system:nodes`) is judged as a kubelet's.
+        "--authorization-mode=Node,RBAC".into(),
         file("service-account-key-file", &pki.service_account_public),
         file("service-account-signing-key-file", &pki.service_account_key),
         format!("--service-account-issuer=https://127.0.0.1:{port}"),
@@ -452,7 +456,7 @@ fn apiserver_args(pki: &Pki, port: u16, etcd: std::net::SocketAddr) -> Vec<Strin
         "--allow-privileged=true".into(),
         // Off by default in kube-apiserver, on in some distributions: node-affinity must never
         // add a toleration it would refuse. Only namespaces that name a whitelist are affected.
-        "--enable-admission-plugins=PodTolerationRestriction".into(),
+        "--enable-admission-plugins=PodTolerationRestriction,NodeRestriction".into(),
         // `kubectl logs` reaches a real node's kubelet at its InternalIP (an address in the
         // network namespace the node test made); the default order tries the node's hostname
         // first, which would send a DNS query off the machine.
