@@ -8,83 +8,17 @@
 //! review it answers, skipped ones included (`src/server/handlers.rs`, `AdmissionLine`): no
 //! line means no call.
 
-use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::Suite;
 use crate::install::{
-    NAMESPACE, RELEASE, assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin,
-    kubectl_stdin_output, of_kind, serve_config, values_for,
+    NAMESPACE, assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin,
+    kubectl_stdin_output, with_values,
 };
 use crate::node_affinity::{poll, wait_until_podmend_knows};
 use crate::pinniped::create_node;
-
-/// Runs `test` with the release upgraded by `helm upgrade` to the suite's install values with
-/// `values` over them, and podmend serving the config the chart then renders; afterwards
-/// upgrades back to the install values and serves the install's config again, whether `test`
-/// passed or panicked, so later tests see the default install.
-pub fn with_values<T>(suite: &Suite, values: Value, test: impl FnOnce() -> T) -> T {
-    ensure_installed(suite);
-    let (base, installed_config) = {
-        let podmend = crate::lock(&suite.podmend);
-        let server = &podmend.as_ref().expect("installed").server;
-        let config = std::fs::read_to_string(server.config_path()).expect("the installed config");
-        (values_for(server), config)
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let base_file = dir.path().join("install-values.json");
-    let extra_file = dir.path().join("test-values.json");
-    std::fs::write(&base_file, base.to_string()).expect("write the install values");
-    std::fs::write(&extra_file, values.to_string()).expect("write the test values");
-
-    let upgraded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        helm_upgrade(suite, &[&base_file, &extra_file]);
-        serve_config(suite, &rendered_config(suite));
-    }));
-    let result =
-        upgraded.and_then(|()| std::panic::catch_unwind(std::panic::AssertUnwindSafe(test)));
-    helm_upgrade(suite, &[&base_file]);
-    serve_config(suite, &installed_config);
-    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-}
-
-/// `helm upgrade` of the suite's release to the current chart with exactly these values files
-/// (no `--reuse-values`: what a file does not set is the chart's default).
-fn helm_upgrade(suite: &Suite, values: &[&Path]) {
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/podmend");
-    let mut command = suite.plane.helm();
-    command
-        .args(["upgrade", RELEASE])
-        .arg(&chart)
-        .args(["--namespace", NAMESPACE]);
-    for file in values {
-        command.arg("--values").arg(file);
-    }
-    let output = command.output().expect("run helm upgrade");
-    assert_success("helm upgrade", &output);
-}
-
-/// The config in the release's ConfigMap, as the API server stores it.
-fn rendered_config(suite: &Suite) -> String {
-    let name = {
-        let podmend = crate::lock(&suite.podmend);
-        let manifest = &podmend.as_ref().expect("installed").manifest;
-        of_kind(manifest, "ConfigMap")["metadata"]["name"]
-            .as_str()
-            .expect("the ConfigMap's name")
-            .to_string()
-    };
-    let stored = kubectl_json(
-        suite,
-        &["get", "configmap", &name, "-n", NAMESPACE, "-o", "json"],
-    );
-    stored["data"]["config.yaml"]
-        .as_str()
-        .unwrap_or_else(|| panic!("the ConfigMap holds config.yaml: {stored}"))
-        .to_string()
-}
 
 /// What podmend has logged so far.
 pub fn podmend_log(suite: &Suite) -> String {

@@ -8,8 +8,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::Suite;
+use crate::install::with_values;
 use crate::install::{assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin};
-use crate::modes::{admission_lines, podmend_log, with_values};
+use crate::modes::{admission_lines, podmend_log};
 use crate::node_affinity::{poll, wait_until_podmend_knows};
 use crate::pinniped::create_node;
 

@@ -16,7 +16,6 @@
 //! is on: the test turns it on with `helm upgrade` and puts the chart's defaults back
 //! afterwards, also when it fails.
 
-use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
@@ -25,8 +24,8 @@ use serde_json::{Value, json};
 use crate::Suite;
 use crate::common::server::fixture;
 use crate::install::{
-    NAMESPACE, RELEASE, assert_success, kubectl, kubectl_json, kubectl_stdin, kubectl_stdin_output,
-    of_kind, values_for, with_config,
+    assert_success, kubectl, kubectl_json, kubectl_stdin, kubectl_stdin_output, of_kind,
+    rendered_config, with_values,
 };
 use crate::node_affinity::poll;
 use crate::reinvocation::podmend_decisions;
@@ -128,30 +127,6 @@ fn kubectl_as_node(suite: &Suite, node: &str, args: &[&str], object: &Value) -> 
     kubectl_stdin_output(suite, &all, object)
 }
 
-/// `helm upgrade` of the installed release to the chart with `set` (`--set` values) on top of
-/// the values the suite installed it with; with no `set`, back to the chart's defaults.
-fn helm_upgrade(suite: &Suite, set: &[&str]) {
-    let values = {
-        let podmend = crate::lock(&suite.podmend);
-        values_for(&podmend.as_ref().expect("installed").server)
-    };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let values_file = dir.path().join("values.json");
-    std::fs::write(&values_file, values.to_string()).expect("write values");
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/podmend");
-    let mut command = suite.plane.helm();
-    command
-        .args(["upgrade", RELEASE])
-        .arg(&chart)
-        .args(["--namespace", NAMESPACE, "--values"])
-        .arg(&values_file);
-    for value in set {
-        command.args(["--set", value]);
-    }
-    let output = command.output().expect("run helm upgrade");
-    assert_success("helm upgrade", &output);
-}
-
 /// The stored MutatingWebhookConfiguration's webhook names.
 fn webhook_names(suite: &Suite) -> Vec<String> {
     let name = {
@@ -174,60 +149,31 @@ fn webhook_names(suite: &Suite) -> Vec<String> {
         .collect()
 }
 
-/// The config the chart's ConfigMap holds for podmend.
-fn chart_config(suite: &Suite) -> Value {
-    let name = {
-        let podmend = crate::lock(&suite.podmend);
-        let manifest = &podmend.as_ref().expect("installed").manifest;
-        of_kind(manifest, "ConfigMap")["metadata"]["name"]
-            .as_str()
-            .expect("its name")
-            .to_string()
-    };
-    let stored = kubectl_json(
-        suite,
-        &["get", "configmap", &name, "-n", NAMESPACE, "-o", "json"],
-    );
-    let text = stored["data"]
-        .as_object()
-        .and_then(|data| data.values().next())
-        .and_then(Value::as_str)
-        .expect("the ConfigMap holds the config");
-    serde_yaml_ng::from_str(text).expect("the config is YAML")
-}
-
 /// Runs `test` with `rules.virtualNodePhase.mode=enforce` installed by `helm upgrade` and
 /// served by podmend, then upgrades back to the chart's defaults, whether `test` passed or not.
 fn with_virtual_node_phase_on(suite: &Suite, test: impl FnOnce()) {
-    crate::install::ensure_installed(suite);
-    with_config(
+    with_values(
         suite,
-        |config| config["rules"]["virtual-node-phase"]["mode"] = json!("enforce"),
+        json!({"rules": {"virtualNodePhase": {"mode": "enforce"}}}),
         || {
-            helm_upgrade(suite, &["rules.virtualNodePhase.mode=enforce"]);
-            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                // The chart's ConfigMap says what podmend serves here.
-                assert_eq!(
-                    chart_config(suite)["rules"]["virtual-node-phase"]["mode"],
-                    "enforce"
-                );
-                assert!(
-                    webhook_names(suite)
-                        .iter()
-                        .any(|n| n == "status.podmend.io"),
-                    "the upgrade registered the status webhook"
-                );
-                test();
-            }));
-            helm_upgrade(suite, &[]);
-            result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            // The chart's ConfigMap says what podmend serves here.
+            let config: Value =
+                serde_yaml_ng::from_str(&rendered_config(suite)).expect("the config is YAML");
+            assert_eq!(config["rules"]["virtual-node-phase"]["mode"], "enforce");
             assert!(
-                !webhook_names(suite)
+                webhook_names(suite)
                     .iter()
                     .any(|n| n == "status.podmend.io"),
-                "the defaults registered no status webhook"
+                "the upgrade registered the status webhook"
             );
+            test();
         },
+    );
+    assert!(
+        !webhook_names(suite)
+            .iter()
+            .any(|n| n == "status.podmend.io"),
+        "the defaults registered no status webhook"
     );
 }
 
