@@ -17,6 +17,7 @@ mod dind_rm;
 mod install;
 mod maintenance;
 mod node_affinity;
+mod outages;
 mod pinniped;
 mod real_node;
 mod teardown;
@@ -126,6 +127,18 @@ const TESTS: &[Test] = &[
     (
         "the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs",
         agent_requests::the_pinniped_agent_becomes_burstable_and_kubectl_says_what_that_costs,
+    ),
+    (
+        "during_a_podmend_outage_with_podmend_stopped_a_pod_is_stored_unrepaired_well_within_the_webhook_timeout",
+        outages::during_a_podmend_outage_with_podmend_stopped_a_pod_is_stored_unrepaired_well_within_the_webhook_timeout,
+    ),
+    (
+        "during_a_podmend_outage_with_podmend_hung_the_api_server_gives_up_at_the_webhook_timeout_and_stores_the_pod_unrepaired",
+        outages::during_a_podmend_outage_with_podmend_hung_the_api_server_gives_up_at_the_webhook_timeout_and_stores_the_pod_unrepaired,
+    ),
+    (
+        "after_a_podmend_outage_podmend_restarted_repairs_the_next_pod",
+        outages::after_a_podmend_outage_podmend_restarted_repairs_the_next_pod,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
