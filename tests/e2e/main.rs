@@ -141,6 +141,10 @@ const TESTS: &[Test] = &[
         outages::after_a_podmend_outage_podmend_restarted_repairs_the_next_pod,
     ),
     (
+        "a_serving_certificate_renewal_under_the_same_ca_and_a_stream_of_pod_creates_keeps_the_bundle_and_every_pod_is_repaired",
+        tls_rollover::a_serving_certificate_renewal_under_the_same_ca_and_a_stream_of_pod_creates_keeps_the_bundle_and_every_pod_is_repaired,
+    ),
+    (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
         tls_rollover::a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired,
     ),
