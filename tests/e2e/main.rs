@@ -13,6 +13,7 @@
 mod agent_requests;
 #[path = "../common/mod.rs"]
 mod common;
+mod differential;
 mod dind_rm;
 mod install;
 mod maintenance;
@@ -143,6 +144,10 @@ const TESTS: &[Test] = &[
     (
         "a_serving_certificate_renewal_under_the_same_ca_and_a_stream_of_pod_creates_keeps_the_bundle_and_every_pod_is_repaired",
         tls_rollover::a_serving_certificate_renewal_under_the_same_ca_and_a_stream_of_pod_creates_keeps_the_bundle_and_every_pod_is_repaired,
+    ),
+    (
+        "the_emulated_api_server_accepts_refuses_and_defaults_each_pod_as_the_real_one_does",
+        differential::the_emulated_api_server_accepts_refuses_and_defaults_each_pod_as_the_real_one_does,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
