@@ -12,9 +12,18 @@
 //! and validation, not podmend. The pods podmend's rewrites produce come from a dry run in a
 //! namespace podmend serves, so they are podmend's real answers as the API server applied them.
 
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::header;
+use axum::routing::post;
+use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::Suite;
+use crate::common::api_stub;
 use crate::common::k8s_rules::{self, Quantity};
 use crate::install::{
     assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin, kubectl_stdin_output,
@@ -455,6 +464,303 @@ pub fn the_emulated_api_server_accepts_refuses_and_defaults_each_pod_as_the_real
         "the emulation and kube-apiserver disagree on {} of {} cases:\n{}",
         disagreements.len(),
         cases.len(),
+        disagreements.join("\n")
+    );
+}
+
+// ------------------------------------------------------------------------------------------------
+// Webhook answers: `verify_admission_response` and `apply_patch_as_api_server`
+// ------------------------------------------------------------------------------------------------
+
+/// Where pods meet [`ANSWERS_WEBHOOK`] (and not podmend).
+const ANSWERS_NS: &str = "differential-answers";
+const ANSWERS_CONFIGURATION: &str = "podmend-differential-answers";
+const ANSWERS_WEBHOOK: &str = "answers.differential.podmend.io";
+
+/// A webhook's answer to the AdmissionReview of request `uid`.
+type Answer = fn(&str) -> Value;
+
+/// What the test's webhook received and sent: the request's object, its uid, the answer.
+type Exchange = (Value, String, Value);
+
+/// What the test's webhook answers, and what it last received and sent.
+struct Hook {
+    answer: Answer,
+    seen: Option<Exchange>,
+}
+
+type SharedHook = Arc<Mutex<Hook>>;
+
+async fn answer(
+    State(hook): State<SharedHook>,
+    body: Bytes,
+) -> ([(header::HeaderName, &'static str); 1], String) {
+    let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut hook = crate::lock(&hook);
+    let uid = review["request"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let answer = (hook.answer)(&uid);
+    hook.seen = Some((review["request"]["object"].clone(), uid, answer.clone()));
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        answer.to_string(),
+    )
+}
+
+fn review(response: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+fn b64(text: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+fn patched_with(uid: &str, patch: &str) -> Value {
+    review(json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": b64(patch)}))
+}
+
+/// Answers a webhook may give, each as the API server receives it. Two the emulation refuses
+/// on purpose while the API server takes them (a missing `allowed`, a patch as a list of
+/// bytes: see `verify_admission_response`) are not among them.
+const ANSWERS: &[(&str, Answer)] = &[
+    ("allowed-without-a-patch", |uid| {
+        review(json!({"uid": uid, "allowed": true}))
+    }),
+    ("a-json-patch", |uid| {
+        patched_with(
+            uid,
+            r#"[{"op":"add","path":"/metadata/annotations","value":{"differential":"patched"}}]"#,
+        )
+    }),
+    ("a-denial", |uid| {
+        review(json!({"uid": uid, "allowed": false,
+                      "status": {"code": 403, "message": "the differential says no"}}))
+    }),
+    ("another-uid", |_| {
+        review(json!({"uid": "not-the-request", "allowed": true}))
+    }),
+    ("a-patch-without-its-type", |uid| {
+        review(json!({"uid": uid, "allowed": true, "patch": b64("[]")}))
+    }),
+    ("a-patch-type-without-a-patch", |uid| {
+        review(json!({"uid": uid, "allowed": true, "patchType": "JSONPatch"}))
+    }),
+    ("a-merge-patch-type", |uid| {
+        review(json!({"uid": uid, "allowed": true, "patchType": "MergePatch", "patch": b64("{}")}))
+    }),
+    ("a-v1beta1-answer", |uid| {
+        let mut body = review(json!({"uid": uid, "allowed": true}));
+        body["apiVersion"] = json!("admission.k8s.io/v1beta1");
+        body
+    }),
+    ("another-kind", |uid| {
+        let mut body = review(json!({"uid": uid, "allowed": true}));
+        body["kind"] = json!("AdmissionResponse");
+        body
+    }),
+    (
+        "no-response",
+        |_| json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+    ),
+    ("a-patch-not-in-base64", |uid| {
+        review(json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": "%%%"}))
+    }),
+    ("a-patch-that-is-not-a-list", |uid| {
+        patched_with(uid, r#"{"op":"add","path":"/metadata/labels","value":{}}"#)
+    }),
+    ("a-patch-that-does-not-apply", |uid| {
+        patched_with(
+            uid,
+            r#"[{"op":"replace","path":"/metadata/labels/missing","value":"x"}]"#,
+        )
+    }),
+    ("a-patch-that-makes-the-pod-invalid", |uid| {
+        patched_with(
+            uid,
+            r#"[{"op":"add","path":"/spec/containers/0/resources","value":{"requests":{"cpu":"2"},"limits":{"cpu":"1"}}}]"#,
+        )
+    }),
+];
+
+/// The emulation's verdict on `answer` to a review of `object`: the pod it stores, or why
+/// it refuses.
+fn emulated_answer(object: &Value, uid: &str, answer: &Value) -> Result<Value, String> {
+    let patch = k8s_rules::verify_admission_response(uid, answer, true)?;
+    if answer["response"]["allowed"] != true {
+        return Err("denied".to_string());
+    }
+    let Some(patch) = patch else {
+        return Ok(object.clone());
+    };
+    let patched = k8s_rules::apply_patch_as_api_server(object, &patch)?;
+    let errors = k8s_rules::validate_object(&patched);
+    if errors.is_empty() {
+        Ok(patched)
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// The test's webhook on loopback and a configuration (`failurePolicy: Fail`) sending it the
+/// pods of [`ANSWERS_NS`]; both gone when dropped, also when the test fails.
+struct AnswersWebhook<'a> {
+    suite: &'a Suite,
+    hook: SharedHook,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl<'a> AnswersWebhook<'a> {
+    fn start(suite: &'a Suite) -> Self {
+        let hook: SharedHook = Arc::new(Mutex::new(Hook {
+            answer: ANSWERS[0].1,
+            seen: None,
+        }));
+        let (ca, config) = api_stub::tls_material();
+        let listener = suite
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("bind 127.0.0.1:0");
+        let port = listener.local_addr().expect("local addr").port();
+        let app = Router::new()
+            .route("/mutate", post(answer))
+            .with_state(hook.clone());
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let server = suite
+            .runtime
+            .spawn(api_stub::serve(listener, acceptor, app));
+        let webhook = AnswersWebhook {
+            suite,
+            hook,
+            server,
+        };
+        let configuration = json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration", "metadata": {"name": ANSWERS_CONFIGURATION},
+            "webhooks": [{"name": ANSWERS_WEBHOOK, "admissionReviewVersions": ["v1"],
+                "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
+                "reinvocationPolicy": "Never",
+                "clientConfig": {"url": format!("https://localhost:{port}/mutate"), "caBundle": b64(&ca)},
+                "namespaceSelector": {"matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [ANSWERS_NS]}]},
+                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                           "resources": ["pods"], "scope": "Namespaced"}]}]});
+        kubectl_stdin(suite, &["create", "-f", "-"], &configuration);
+        webhook
+    }
+
+    /// Creates `pod` (a dry run) while the webhook gives `answer`: the API server's verdict,
+    /// and what the webhook received and sent, if it was called.
+    fn create(&self, pod: &Value, answer: Answer) -> (Result<Value, String>, Option<Exchange>) {
+        {
+            let mut hook = crate::lock(&self.hook);
+            hook.answer = answer;
+            hook.seen = None;
+        }
+        let output = kubectl_stdin_output(
+            self.suite,
+            &[
+                "create",
+                "--dry-run=server",
+                "-n",
+                ANSWERS_NS,
+                "-o",
+                "json",
+                "-f",
+                "-",
+            ],
+            pod,
+        );
+        let verdict = if output.status.success() {
+            serde_json::from_slice(&output.stdout).map_err(|e| format!("unreadable: {e}"))
+        } else {
+            Err(String::from_utf8_lossy(&output.stderr).into_owned())
+        };
+        (verdict, crate::lock(&self.hook).seen.take())
+    }
+}
+
+impl Drop for AnswersWebhook<'_> {
+    fn drop(&mut self) {
+        self.server.abort();
+        let _ = self
+            .suite
+            .plane
+            .kubectl()
+            .args([
+                "delete",
+                "mutatingwebhookconfiguration",
+                ANSWERS_CONFIGURATION,
+                "--ignore-not-found",
+            ])
+            .output();
+    }
+}
+
+pub fn the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does(
+    suite: &Suite,
+) {
+    suite
+        .block_on(suite.plane.create_namespace(ANSWERS_NS))
+        .unwrap_or_else(|e| panic!("{e}"));
+    kubectl(
+        suite,
+        &["label", "namespace", ANSWERS_NS, "podmend.io/ignore=true"],
+    );
+    let webhook = AnswersWebhook::start(suite);
+    let pod = pod(
+        "answered",
+        json!({"containers": [{"name": "c", "image": "busybox"}]}),
+    );
+    // The API server sees a new configuration through its watch, a moment later.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while webhook.create(&pod, ANSWERS[0].1).1.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the API server did not call the test's webhook within 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let mut disagreements = Vec::new();
+    let mut refused = 0;
+    for (name, answer) in ANSWERS {
+        let (real, seen) = webhook.create(&pod, *answer);
+        let Some((object, uid, body)) = seen else {
+            disagreements.push(format!("{name}: the API server did not call the webhook"));
+            continue;
+        };
+        let ours = emulated_answer(&object, &uid, &body);
+        let how = match (&real, &ours) {
+            (Ok(stored), Ok(patched)) => {
+                let (theirs, ours) = (
+                    (modelled(stored), &stored["metadata"]["annotations"]),
+                    (modelled(patched), &patched["metadata"]["annotations"]),
+                );
+                (theirs != ours).then(|| {
+                    format!("stored differently:\n  API server: {theirs:?}\n  emulation:  {ours:?}")
+                })
+            }
+            (Ok(_), Err(why)) => Some(format!(
+                "the API server takes it; the emulation refuses it: {why}"
+            )),
+            (Err(refusal), Ok(_)) => Some(format!(
+                "the API server refuses it; the emulation takes it: {refusal}"
+            )),
+            (Err(_), Err(_)) => {
+                refused += 1;
+                None
+            }
+        };
+        if let Some(how) = how {
+            disagreements.push(format!("{name}: {how}"));
+        }
+    }
+    println!("({} answers, {refused} refused by both)", ANSWERS.len());
+    drop(webhook);
+    assert!(
+        disagreements.is_empty(),
+        "the emulation and kube-apiserver disagree on {} of {} webhook answers:\n{}",
+        disagreements.len(),
+        ANSWERS.len(),
         disagreements.join("\n")
     );
 }

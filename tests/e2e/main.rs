@@ -150,6 +150,10 @@ const TESTS: &[Test] = &[
         differential::the_emulated_api_server_accepts_refuses_and_defaults_each_pod_as_the_real_one_does,
     ),
     (
+        "the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does",
+        differential::the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does,
+    ),
+    (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
         tls_rollover::a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired,
     ),
