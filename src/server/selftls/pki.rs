@@ -91,13 +91,14 @@ pub struct CertInfo {
 }
 
 impl CertInfo {
-    /// Whether this certificate names `ca` as its issuer (by key identifier when both carry
-    /// one, else by name).
+    /// Whether this certificate names `ca` as its issuer: by name, as a verifier builds the
+    /// chain, and by key identifier too when both carry one.
     pub fn issued_by(&self, ca: &CertInfo) -> bool {
-        match (&self.authority_key_id, &ca.key_id) {
-            (Some(aki), Some(ski)) => aki == ski,
-            _ => self.issuer == ca.subject,
-        }
+        self.issuer == ca.subject
+            && match (&self.authority_key_id, &ca.key_id) {
+                (Some(aki), Some(ski)) => aki == ski,
+                _ => true,
+            }
     }
 }
 
@@ -321,6 +322,12 @@ mod tests {
     /// A CA named as podmend never names its own, valid for 30 days, and a serving certificate
     /// it signed that comes due within the hour.
     fn material_of_another_ca() -> Material {
+        material_signed_as(None, Duration::from_secs(3_600))
+    }
+
+    /// [`material_of_another_ca`] with its serving certificate valid for `leaf_valid_for`,
+    /// signed with the CA's key under the name `issuer_name` when given (else the CA's own).
+    fn material_signed_as(issuer_name: Option<&str>, leaf_valid_for: Duration) -> Material {
         let now = x509_parser::time::ASN1Time::now().to_datetime();
         let mut ca = CertificateParams::default();
         ca.distinguished_name = rcgen::DistinguishedName::new();
@@ -333,10 +340,16 @@ mod tests {
         let ca_key = KeyPair::generate().expect("CA key");
         let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
         let ca_key_pem = ca_key.serialize_pem();
+        if let Some(name) = issuer_name {
+            ca.distinguished_name = rcgen::DistinguishedName::new();
+            ca.distinguished_name.push(DnType::CommonName, name);
+        }
         let issuer = Issuer::new(ca, ca_key);
         let mut leaf = CertificateParams::new(vec!["localhost".to_string()]).expect("names");
         leaf.not_before = now - BACKDATE;
-        leaf.not_after = now + Duration::from_secs(3_600);
+        leaf.not_after = now + leaf_valid_for;
+        // As podmend's own serving certificates do.
+        leaf.use_authority_key_identifier_extension = true;
         let key = KeyPair::generate().expect("serving key");
         let cert = leaf.signed_by(&key, &issuer).expect("serving certificate");
         Material {
@@ -363,5 +376,18 @@ mod tests {
             "the issuer is the CA's own subject"
         );
         assert_eq!(leaf.authority_key_id, ca.key_id, "and its key identifier");
+    }
+
+    #[test]
+    fn a_serving_certificate_naming_another_issuer_than_its_ca_is_reissued_before_it_is_due() {
+        // Signed with the CA's key but under podmend's own CA name: no verifier chains it to
+        // the CA, however long it is valid.
+        let current = material_signed_as(Some(CA_COMMON_NAME), Duration::from_secs(30 * 86_400));
+        let next = plan(Some(&current), &options())
+            .expect("a plan")
+            .expect("the serving certificate is reissued");
+        let ca = &parse_certs(&current.ca_bundle)[0];
+        assert_eq!(parse_certs(&next.cert)[0].issuer, ca.subject);
+        assert_eq!(next.ca_bundle, current.ca_bundle, "the same CA signs");
     }
 }
