@@ -550,7 +550,9 @@ fn without_type_meta(mut object: Value) -> Value {
     object
 }
 
-fn tls_material() -> (String, rustls::ServerConfig) {
+/// A fresh CA and a serving configuration for `127.0.0.1` and `localhost` it signed (h2 and
+/// HTTP/1.1): (CA PEM, config). For any HTTPS server a test runs on loopback.
+pub fn tls_material() -> (String, rustls::ServerConfig) {
     let ca_key = KeyPair::generate().expect("CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params

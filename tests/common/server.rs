@@ -53,6 +53,8 @@ pub struct Server {
     pub metrics: SocketAddr,
     pub dir: tempfile::TempDir,
     pub log: PathBuf,
+    /// The arguments it was started with, for [`Server::restart`].
+    args: Vec<OsString>,
 }
 
 /// How to start the server.
@@ -154,6 +156,7 @@ impl Server {
             if options.config.is_some() {
                 command.arg("--config").arg(dir.path().join("config.yaml"));
             }
+            let args = command.get_args().map(OsString::from).collect();
             let child = command.spawn().expect("start podmend serve");
             let mut server = Server {
                 child,
@@ -161,6 +164,7 @@ impl Server {
                 metrics,
                 dir,
                 log: log.clone(),
+                args,
             };
             let path = if options.wait_ready {
                 "/readyz"
@@ -272,6 +276,40 @@ impl Server {
 
     pub fn url(&self, path: &str) -> String {
         format!("https://localhost:{}{path}", self.webhook.port())
+    }
+
+    /// The process id of `podmend serve`, for a test that signals it (SIGSTOP, SIGCONT).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Kills `podmend serve` (SIGKILL) and waits until it is gone: its ports refuse
+    /// connections until [`Server::restart`].
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts `podmend serve` again with the command line it was started with (the same
+    /// ports, certificates, config and kubeconfig), its log appended to the same file, and
+    /// waits until /readyz answers; a process still running is killed first. Err with the log
+    /// when it does not serve: never panics, so a guard may call it while unwinding.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("{}: {e}", self.log.display()))?;
+        self.child = Command::new(BIN)
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start podmend serve again: {e}"))?;
+        self.wait_for("/readyz").map_err(|log| {
+            format!("podmend did not answer /readyz within 20 s after a restart; log:\n{log}")
+        })
     }
 
     /// Sends SIGTERM and waits for the process to exit; returns whether it exited cleanly.

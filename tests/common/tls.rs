@@ -102,6 +102,16 @@ pub fn pki_valid_for(
     valid_for: std::time::Duration,
     dns_names: &[&str],
 ) -> (String, String, String, String) {
+    pki_with_leaf_valid_for(valid_for, valid_for, dns_names)
+}
+
+/// [`pki_valid_for`] with the CA valid for `ca_valid_for` and the serving certificate for
+/// `leaf_valid_for`: for a serving certificate that comes due before its CA.
+pub fn pki_with_leaf_valid_for(
+    ca_valid_for: std::time::Duration,
+    leaf_valid_for: std::time::Duration,
+    dns_names: &[&str],
+) -> (String, String, String, String) {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
         KeyPair, KeyUsagePurpose,
@@ -114,7 +124,7 @@ pub fn pki_valid_for(
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     ca.not_before = now - std::time::Duration::from_secs(3600);
-    ca.not_after = now + valid_for;
+    ca.not_after = now + ca_valid_for;
     let ca_key = KeyPair::generate().expect("CA key");
     let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
     let ca_key_pem = ca_key.serialize_pem();
@@ -123,7 +133,7 @@ pub fn pki_valid_for(
     let mut leaf = CertificateParams::new(names).expect("names");
     leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     leaf.not_before = now - std::time::Duration::from_secs(3600);
-    leaf.not_after = now + valid_for;
+    leaf.not_after = now + leaf_valid_for;
     let leaf_key = KeyPair::generate().expect("serving key");
     let leaf_cert = leaf
         .signed_by(&leaf_key, &issuer)

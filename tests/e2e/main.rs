@@ -13,12 +13,14 @@
 mod agent_requests;
 #[path = "../common/mod.rs"]
 mod common;
+mod differential;
 mod dind_rm;
 mod install;
 mod limit_ranger;
 mod maintenance;
 mod modes;
 mod node_affinity;
+mod outages;
 mod pinniped;
 mod placement;
 mod real_node;
@@ -212,6 +214,30 @@ const TESTS: &[Test] = &[
     (
         "a_virtual_kubelets_pending_status_with_every_container_running_is_stored_as_running",
         virtual_node::a_virtual_kubelets_pending_status_with_every_container_running_is_stored_as_running,
+    ),
+    (
+        "during_a_podmend_outage_with_podmend_stopped_a_pod_is_stored_unrepaired_well_within_the_webhook_timeout",
+        outages::during_a_podmend_outage_with_podmend_stopped_a_pod_is_stored_unrepaired_well_within_the_webhook_timeout,
+    ),
+    (
+        "during_a_podmend_outage_with_podmend_hung_the_api_server_gives_up_at_the_webhook_timeout_and_stores_the_pod_unrepaired",
+        outages::during_a_podmend_outage_with_podmend_hung_the_api_server_gives_up_at_the_webhook_timeout_and_stores_the_pod_unrepaired,
+    ),
+    (
+        "after_a_podmend_outage_podmend_restarted_repairs_the_next_pod",
+        outages::after_a_podmend_outage_podmend_restarted_repairs_the_next_pod,
+    ),
+    (
+        "a_serving_certificate_renewal_under_the_same_ca_and_a_stream_of_pod_creates_keeps_the_bundle_and_every_pod_is_repaired",
+        tls_rollover::a_serving_certificate_renewal_under_the_same_ca_and_a_stream_of_pod_creates_keeps_the_bundle_and_every_pod_is_repaired,
+    ),
+    (
+        "the_emulated_api_server_accepts_refuses_and_defaults_each_pod_as_the_real_one_does",
+        differential::the_emulated_api_server_accepts_refuses_and_defaults_each_pod_as_the_real_one_does,
+    ),
+    (
+        "the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does",
+        differential::the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",

@@ -91,13 +91,14 @@ pub struct CertInfo {
 }
 
 impl CertInfo {
-    /// Whether this certificate names `ca` as its issuer (by key identifier when both carry
-    /// one, else by name).
+    /// Whether this certificate names `ca` as its issuer: by name, as a verifier builds the
+    /// chain, and by key identifier too when both carry one.
     pub fn issued_by(&self, ca: &CertInfo) -> bool {
-        match (&self.authority_key_id, &ca.key_id) {
-            (Some(aki), Some(ski)) => aki == ski,
-            _ => self.issuer == ca.subject,
-        }
+        self.issuer == ca.subject
+            && match (&self.authority_key_id, &ca.key_id) {
+                (Some(aki), Some(ski)) => aki == ski,
+                _ => true,
+            }
     }
 }
 
@@ -187,15 +188,20 @@ fn new_ca(validity: Duration) -> Result<(String, String), SelfTlsError> {
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-/// A serving certificate signed by the CA of `ca_key_pem`, never outliving the CA.
+/// A serving certificate signed by the CA `ca` (its PEM, and the key of `ca_key_pem`), never
+/// outliving the CA. The certificate names `ca`'s own subject as its issuer: a verifier
+/// builds the chain by matching the issuer name to a CA's subject, and a CA in the Secret may
+/// have been made by another tool or another podmend version, under another name.
 fn new_leaf(
+    ca: &CertInfo,
     ca_key_pem: &str,
-    ca_not_after: i64,
     dns_names: &[String],
     validity: Duration,
 ) -> Result<(String, String), SelfTlsError> {
     let ca_key = KeyPair::from_pem(ca_key_pem).map_err(generate_err("CA key (from the Secret)"))?;
-    let issuer = Issuer::new(ca_params(), ca_key);
+    let issuer = Issuer::from_ca_cert_pem(&ca.pem, ca_key)
+        .map_err(generate_err("CA certificate (from the Secret)"))?;
+    let ca_not_after = ca.not_after;
     let now = x509_parser::time::ASN1Time::now().to_datetime();
     let sans = CertificateParams::new(dns_names.to_vec())
         .map_err(generate_err("serving certificate names"))?
@@ -215,8 +221,13 @@ fn new_leaf(
 /// (PEM, still trusted until they expire).
 fn new_pki(options: &SelfTlsOptions, older_cas: &str) -> Result<Material, SelfTlsError> {
     let (ca, ca_key) = new_ca(options.validity * CA_VALIDITY_FACTOR)?;
-    let ca_end = parse_certs(&ca).first().map_or(0, |c| c.not_after);
-    let (cert, key) = new_leaf(&ca_key, ca_end, &options.dns_names, options.validity)?;
+    let Some(ca_info) = parse_certs(&ca).into_iter().next() else {
+        return Err(SelfTlsError::Generate {
+            what: "CA certificate (unreadable once made)",
+            source: rcgen::Error::CouldNotParseCertificate,
+        });
+    };
+    let (cert, key) = new_leaf(&ca_info, &ca_key, &options.dns_names, options.validity)?;
     Ok(Material {
         ca_bundle: ca + older_cas,
         ca_key,
@@ -272,8 +283,8 @@ pub fn plan(
         }));
     }
     let (cert, key) = new_leaf(
+        current_ca,
         &current.ca_key,
-        current_ca.not_after,
         &options.dns_names,
         options.validity,
     )?;
@@ -283,4 +294,100 @@ pub fn plan(
         cert,
         key,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use rcgen::{BasicConstraints, DnType, IsCa, KeyUsagePurpose};
+
+    use super::*;
+
+    fn options() -> SelfTlsOptions {
+        SelfTlsOptions {
+            namespace: "podmend-system".to_string(),
+            secret: "podmend-tls".to_string(),
+            webhook_configurations: Vec::new(),
+            dns_names: vec!["localhost".to_string()],
+            renew_before: Duration::from_secs(86_400),
+            validity: Duration::from_secs(2 * 86_400),
+            check_interval: Duration::from_secs(60),
+            ca_settle: Duration::ZERO,
+            cert_path: PathBuf::from("tls.crt"),
+            key_path: PathBuf::from("tls.key"),
+        }
+    }
+
+    /// A CA named as podmend never names its own, valid for 30 days, and a serving certificate
+    /// it signed that comes due within the hour.
+    fn material_of_another_ca() -> Material {
+        material_signed_as(None, Duration::from_secs(3_600))
+    }
+
+    /// [`material_of_another_ca`] with its serving certificate valid for `leaf_valid_for`,
+    /// signed with the CA's key under the name `issuer_name` when given (else the CA's own).
+    fn material_signed_as(issuer_name: Option<&str>, leaf_valid_for: Duration) -> Material {
+        let now = x509_parser::time::ASN1Time::now().to_datetime();
+        let mut ca = CertificateParams::default();
+        ca.distinguished_name = rcgen::DistinguishedName::new();
+        ca.distinguished_name
+            .push(DnType::CommonName, "a CA another tool made");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        ca.not_before = now - BACKDATE;
+        ca.not_after = now + Duration::from_secs(30 * 86_400);
+        let ca_key = KeyPair::generate().expect("CA key");
+        let ca_cert = ca.self_signed(&ca_key).expect("CA certificate");
+        let ca_key_pem = ca_key.serialize_pem();
+        if let Some(name) = issuer_name {
+            ca.distinguished_name = rcgen::DistinguishedName::new();
+            ca.distinguished_name.push(DnType::CommonName, name);
+        }
+        let issuer = Issuer::new(ca, ca_key);
+        let mut leaf = CertificateParams::new(vec!["localhost".to_string()]).expect("names");
+        leaf.not_before = now - BACKDATE;
+        leaf.not_after = now + leaf_valid_for;
+        // As podmend's own serving certificates do.
+        leaf.use_authority_key_identifier_extension = true;
+        let key = KeyPair::generate().expect("serving key");
+        let cert = leaf.signed_by(&key, &issuer).expect("serving certificate");
+        Material {
+            ca_bundle: ca_cert.pem(),
+            ca_key: ca_key_pem,
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
+    #[test]
+    fn a_serving_certificate_renewed_under_a_ca_made_elsewhere_names_that_ca_as_its_issuer() {
+        let current = material_of_another_ca();
+        let next = plan(Some(&current), &options())
+            .expect("a plan")
+            .expect("the due serving certificate is renewed");
+        assert_eq!(next.ca_bundle, current.ca_bundle, "the same CA signs");
+        let ca = &parse_certs(&current.ca_bundle)[0];
+        let leaf = &parse_certs(&next.cert)[0];
+        // A verifier finds the issuer of a certificate by its name: with another name than
+        // the CA's subject, the API server cannot build the chain and the call fails.
+        assert_eq!(
+            leaf.issuer, ca.subject,
+            "the issuer is the CA's own subject"
+        );
+        assert_eq!(leaf.authority_key_id, ca.key_id, "and its key identifier");
+    }
+
+    #[test]
+    fn a_serving_certificate_naming_another_issuer_than_its_ca_is_reissued_before_it_is_due() {
+        // Signed with the CA's key but under podmend's own CA name: no verifier chains it to
+        // the CA, however long it is valid.
+        let current = material_signed_as(Some(CA_COMMON_NAME), Duration::from_secs(30 * 86_400));
+        let next = plan(Some(&current), &options())
+            .expect("a plan")
+            .expect("the serving certificate is reissued");
+        let ca = &parse_certs(&current.ca_bundle)[0];
+        assert_eq!(parse_certs(&next.cert)[0].issuer, ca.subject);
+        assert_eq!(next.ca_bundle, current.ca_bundle, "the same CA signs");
+    }
 }
