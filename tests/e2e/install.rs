@@ -252,16 +252,19 @@ pub fn helm_upgrade(suite: &Suite, values: &[&Path]) {
     assert_success("helm upgrade", &output);
 }
 
+/// The name of the release's object of `kind` (one the chart renders once), as helm installed it.
+pub fn installed_name(suite: &Suite, kind: &str) -> String {
+    let podmend = crate::lock(&suite.podmend);
+    let manifest = &podmend.as_ref().expect("installed").manifest;
+    of_kind(manifest, kind)["metadata"]["name"]
+        .as_str()
+        .unwrap_or_else(|| panic!("helm installed a {kind} with a name"))
+        .to_string()
+}
+
 /// The config in the release's ConfigMap, as the API server stores it.
 pub fn rendered_config(suite: &Suite) -> String {
-    let name = {
-        let podmend = crate::lock(&suite.podmend);
-        let manifest = &podmend.as_ref().expect("installed").manifest;
-        of_kind(manifest, "ConfigMap")["metadata"]["name"]
-            .as_str()
-            .expect("the ConfigMap's name")
-            .to_string()
-    };
+    let name = installed_name(suite, "ConfigMap");
     let stored = kubectl_json(
         suite,
         &["get", "configmap", &name, "-n", NAMESPACE, "-o", "json"],

@@ -36,7 +36,7 @@ use serde_json::{Value, json};
 use crate::Suite;
 use crate::common::dind::{all_containers, fixture_pod};
 use crate::common::tls::pki_valid_for;
-use crate::install::{ensure_installed, kubectl_json, kubectl_stdin, of_kind};
+use crate::install::{ensure_installed, installed_name, kubectl_json, kubectl_stdin};
 use podmend::dind::GUARD_CONTAINER;
 
 /// The injector's configuration: it sorts after podmend's (`podmend-mutating`), as the Vault
@@ -234,14 +234,7 @@ fn injector_configuration(port: u16, ca: &str, namespace: &str) -> Value {
 /// the injector's configuration sorts after podmend's, so the API server calls it second.
 fn prepare(suite: &Suite, namespace: &str) -> Injector {
     ensure_installed(suite);
-    let podmend = {
-        let installed = crate::lock(&suite.podmend);
-        let manifest = &installed.as_ref().expect("installed").manifest;
-        of_kind(manifest, "MutatingWebhookConfiguration")["metadata"]["name"]
-            .as_str()
-            .expect("its name")
-            .to_string()
-    };
+    let podmend = installed_name(suite, "MutatingWebhookConfiguration");
     assert!(
         podmend.as_str() < INJECTOR_CONFIGURATION,
         "{INJECTOR_CONFIGURATION} must sort after {podmend} to be called after it"

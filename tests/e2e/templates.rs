@@ -8,10 +8,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::Suite;
-use crate::install::with_values;
-use crate::install::{assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin};
+use crate::install::{
+    assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin, with_values,
+};
 use crate::modes::{admission_lines, podmend_log};
-use crate::node_affinity::{poll, wait_until_podmend_knows};
+use crate::node_affinity::{poll, wait_for_event, wait_until_podmend_knows};
 use crate::pinniped::create_node;
 
 /// podmend installed, kube-scheduler running, and a namespace and a node of this name that
@@ -261,26 +262,12 @@ pub fn a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_
 /// `default-scheduler`).
 fn assert_bound_by_the_scheduler(suite: &Suite, namespace: &str, pod: &Value) {
     let name = pod["metadata"]["name"].as_str().expect("name");
-    let events = kubectl_json(
-        suite,
-        &[
-            "get",
-            "events",
-            "-n",
-            namespace,
-            "--field-selector",
-            &format!("involvedObject.name={name},reason=Scheduled"),
-            "-o",
-            "json",
-        ],
-    );
+    let events = wait_for_event(suite, namespace, name, "Scheduled");
     assert!(
-        events["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        events
+            .iter()
             .any(|e| e["reportingComponent"] == "default-scheduler"),
-        "kube-scheduler bound {name}: {events}"
+        "kube-scheduler bound {name}: {events:?}"
     );
 }
 

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::Suite;
 use crate::common::server::fixture;
 use crate::install::{
-    assert_success, kubectl, kubectl_json, kubectl_stdin, kubectl_stdin_output, of_kind,
+    assert_success, installed_name, kubectl, kubectl_json, kubectl_stdin, kubectl_stdin_output,
     rendered_config, with_values,
 };
 use crate::node_affinity::poll;
@@ -129,14 +129,7 @@ fn kubectl_as_node(suite: &Suite, node: &str, args: &[&str], object: &Value) -> 
 
 /// The stored MutatingWebhookConfiguration's webhook names.
 fn webhook_names(suite: &Suite) -> Vec<String> {
-    let name = {
-        let podmend = crate::lock(&suite.podmend);
-        let manifest = &podmend.as_ref().expect("installed").manifest;
-        of_kind(manifest, "MutatingWebhookConfiguration")["metadata"]["name"]
-            .as_str()
-            .expect("its name")
-            .to_string()
-    };
+    let name = installed_name(suite, "MutatingWebhookConfiguration");
     let stored = kubectl_json(
         suite,
         &["get", "mutatingwebhookconfiguration", &name, "-o", "json"],
