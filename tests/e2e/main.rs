@@ -11,6 +11,7 @@
 //! tests whose names contain NAME.
 
 mod agent_requests;
+mod bench;
 #[path = "../common/mod.rs"]
 mod common;
 mod differential;
@@ -290,6 +291,9 @@ fn main() -> ExitCode {
         return code;
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|arg| arg == "--bench-pod-create") {
+        return bench_mode(&args);
+    }
     let filter = args.iter().find(|arg| !arg.starts_with('-')).cloned();
     let selected: Vec<&Test> = TESTS
         .iter()
@@ -309,15 +313,9 @@ fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    common::server::install_crypto_provider();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
     println!("\nrunning {} tests", selected.len() + 1);
-    let plane = match runtime.block_on(ControlPlane::start()) {
-        Ok(plane) => plane,
+    let suite = match start_suite() {
+        Ok(suite) => suite,
         Err(error) => {
             println!("test control_plane_starts ... FAILED\n\n{error}");
             println!(
@@ -328,18 +326,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let dir = plane.dir().to_path_buf();
-    println!(
-        "control plane: kube-apiserver {} at {} (etcd, kube-controller-manager, kube-scheduler and kubectl of the same build; helm {})",
-        plane.version,
-        plane.server,
-        plane.binaries.helm.display()
-    );
-    let suite = Suite {
-        plane,
-        runtime,
-        podmend: Mutex::new(None),
-    };
+    let dir = suite.plane.dir().to_path_buf();
 
     let mut failures = Vec::new();
     for (name, test) in &selected {
@@ -399,6 +386,57 @@ fn main() -> ExitCode {
 }
 
 /// A panic's message.
+/// The control plane started, and a runtime for the kube client: what every test gets.
+fn start_suite() -> Result<Suite, String> {
+    common::server::install_crypto_provider();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("a tokio runtime: {e}"))?;
+    let plane = runtime.block_on(ControlPlane::start())?;
+    println!(
+        "control plane: kube-apiserver {} at {} (etcd, kube-controller-manager, kube-scheduler and kubectl of the same build; helm {})",
+        plane.version,
+        plane.server,
+        plane.binaries.helm.display()
+    );
+    Ok(Suite {
+        plane,
+        runtime,
+        podmend: Mutex::new(None),
+    })
+}
+
+/// `--bench-pod-create [--rounds=R] [--pods=N]`: the pod-create benchmark (`bench.rs`)
+/// instead of the tests.
+fn bench_mode(args: &[String]) -> ExitCode {
+    let plan = match bench::Plan::from_args(args) {
+        Ok(plan) => plan,
+        Err(error) => {
+            eprintln!("--bench-pod-create: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let suite = match start_suite() {
+        Ok(suite) => suite,
+        Err(error) => {
+            eprintln!("the control plane did not start:\n{error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match std::panic::catch_unwind(AssertUnwindSafe(|| bench::pod_create(&suite, &plan))) {
+        Ok(table) => {
+            println!("\n{table}");
+            ExitCode::SUCCESS
+        }
+        Err(panic) => {
+            eprintln!("the benchmark failed: {}", panic_text(&*panic));
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<String>()
