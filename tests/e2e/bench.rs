@@ -2,17 +2,21 @@
 //! runs this (`cargo test --release --test e2e -- --bench-pod-create --rounds=R --pods=N`)
 //! instead of the tests, on the suite's control plane with podmend installed by helm.
 //!
-//! Two namespaces, one label apart: the chart's namespaceSelector leaves out namespaces
-//! labelled `podmend.io/ignore`, so the API server never calls podmend for pods created there
-//! (no webhook, arm A), and calls it for every pod created in the other (arm B). Creates
-//! alternate between the arms pod by pod (A B A B), through one kube client, so both arms
-//! share the machine's noise. Each create is one `POST pods` timed from request to stored
+//! Three namespaces, three arms. The chart's namespaceSelector leaves out namespaces labelled
+//! `podmend.io/ignore`: in one such namespace the API server calls no webhook (arm A); in
+//! another it calls only a null webhook of the test's own, which allows every pod without a
+//! patch (arm N: what any webhook costs the API server, its call and the AdmissionReview's
+//! encoding); in the third it calls podmend (arm P). Creates go round the arms pod by pod
+//! (A N P A N P), through one kube client, so every arm shares the machine's noise. Each create is one `POST pods` timed from request to stored
 //! answer; the pods stay unscheduled (no scheduler runs in this mode), so deleting them
 //! between rounds is immediate. Two pod shapes: a plain pod podmend answers without a patch,
 //! and Pinniped's pinned agent, which both `node-affinity` and `agent-requests` repair.
 
 use std::time::{Duration, Instant};
 
+use axum::Router;
+use axum::http::header;
+use axum::routing::post;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -22,9 +26,11 @@ use crate::Suite;
 use crate::common::server::fixture;
 use crate::install::{ensure_installed, kubectl};
 use crate::node_affinity::wait_until_podmend_knows;
+use crate::own_webhook::{OwnWebhook, Registration};
 use crate::pinniped::create_node;
 
 const DIRECT: &str = "bench-no-webhook";
+const NULL: &str = "bench-null-webhook";
 const THROUGH: &str = "bench-podmend";
 const NODE: &str = "bench-node";
 
@@ -58,49 +64,78 @@ impl Plan {
 /// Runs the plan and returns the table it measured.
 pub fn pod_create(suite: &Suite, plan: &Plan) -> String {
     ensure_installed(suite);
+    let _null = null_webhook(suite);
     prepare(suite);
-    let api = |ns: &str| -> Api<Pod> {
-        let client = suite.block_on(suite.plane.client());
-        Api::namespaced(client, ns)
-    };
-    let (direct, through) = (api(DIRECT), api(THROUGH));
+    let client = suite.block_on(suite.plane.client());
+    let arms: [Api<Pod>; 3] = [DIRECT, NULL, THROUGH].map(|ns| Api::namespaced(client.clone(), ns));
     let mut table = String::from(
-        "| pod | round | no webhook: median, p90 (ms) | through podmend: median, p90 (ms) | ratio of medians |\n| --- | --- | --- | --- | --- |\n",
+        "| pod | round | no webhook (A) | null webhook (N) | podmend (P) | P/A | P/N |\n| --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for (shape, pod) in [("plain", plain_pod()), ("pinned agent", pinned_agent())] {
-        let mut ratios = Vec::new();
+        let (mut over_a, mut over_n) = (Vec::new(), Vec::new());
         for round in 1..=plan.rounds {
-            let (a, b) = suite.block_on(one_round(&direct, &through, &pod, plan.pods));
-            let (a_median, b_median) = (percentile(&a, 50), percentile(&b, 50));
-            ratios.push(b_median / a_median);
+            let [a, n, p] = suite.block_on(one_round(&arms, &pod, plan.pods));
+            let [a50, n50, p50] = [&a, &n, &p].map(|arm| percentile(arm, 50));
+            over_a.push(p50 / a50);
+            over_n.push(p50 / n50);
+            let cell =
+                |arm: &[f64], median: f64| format!("{median:.2}, {:.2}", percentile(arm, 90));
             table.push_str(&format!(
-                "| {shape} | {round} | {a_median:.2}, {:.2} | {b_median:.2}, {:.2} | {:.3} |\n",
-                percentile(&a, 90),
-                percentile(&b, 90),
-                b_median / a_median
+                "| {shape} | {round} | {} | {} | {} | {:.3} | {:.3} |\n",
+                cell(&a, a50),
+                cell(&n, n50),
+                cell(&p, p50),
+                p50 / a50,
+                p50 / n50
             ));
         }
         table.push_str(&format!(
-            "| {shape} | median of rounds | | | **{:.3}** |\n",
-            percentile(&ratios, 50)
+            "| {shape} | median of rounds | | | | **{:.3}** | **{:.3}** |\n",
+            percentile(&over_a, 50),
+            percentile(&over_n, 50)
         ));
     }
+    table.push_str("\nEach arm's cell: median, p90 of one create in ms.\n");
     table
 }
 
-/// The node, both namespaces, and proof that the arms differ as they should: podmend repairs
-/// the pinned agent in one namespace and is never asked in the other.
+/// A webhook that allows every pod of [`NULL`] without a patch.
+fn null_webhook(suite: &Suite) -> OwnWebhook<'_> {
+    async fn allow(body: axum::body::Bytes) -> ([(header::HeaderName, &'static str); 1], String) {
+        let review: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let answer = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                            "response": {"uid": review["request"]["uid"], "allowed": true}});
+        (
+            [(header::CONTENT_TYPE, "application/json")],
+            answer.to_string(),
+        )
+    }
+    let registration = Registration {
+        configuration: "bench-null-webhook",
+        webhook: "null.bench.podmend.io",
+        namespace: NULL,
+        failure_policy: "Fail",
+        path: "/mutate",
+    };
+    OwnWebhook::start(
+        suite,
+        &registration,
+        Router::new().route("/mutate", post(allow)),
+    )
+}
+
+/// The node, the namespaces, and proof that the arms differ as they should: podmend repairs
+/// the pinned agent in its namespace and is never asked in the others.
 fn prepare(suite: &Suite) {
     create_node(suite, NODE, "");
-    for ns in [DIRECT, THROUGH] {
+    for ns in [DIRECT, NULL, THROUGH] {
         suite
             .block_on(suite.plane.create_namespace(ns))
             .unwrap_or_else(|e| panic!("{e}"));
     }
-    kubectl(
-        suite,
-        &["label", "namespace", DIRECT, "podmend.io/ignore=true"],
-    );
+    for ns in [DIRECT, NULL] {
+        kubectl(suite, &["label", "namespace", ns, "podmend.io/ignore=true"]);
+    }
     wait_until_podmend_knows(suite, THROUGH, NODE);
     let client = suite.block_on(suite.plane.client());
     let mutated = |ns: &str, name: String| -> bool {
@@ -119,10 +154,12 @@ fn prepare(suite: &Suite) {
     // label: wait until the direct arm is really left alone.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut attempt = 0;
-    while mutated(DIRECT, format!("arms-differ-{attempt}")) {
+    while mutated(DIRECT, format!("arms-differ-{attempt}"))
+        || mutated(NULL, format!("arms-differ-{attempt}"))
+    {
         assert!(
             Instant::now() < deadline,
-            "the API server still calls podmend for namespace {DIRECT} labelled podmend.io/ignore"
+            "the API server still calls podmend for namespaces labelled podmend.io/ignore"
         );
         attempt += 1;
         std::thread::sleep(Duration::from_millis(200));
@@ -133,20 +170,16 @@ fn prepare(suite: &Suite) {
     );
 }
 
-/// One round: `pods` creates in each arm, alternating, then both namespaces emptied. The
-/// latencies in milliseconds, per arm.
-async fn one_round(
-    direct: &Api<Pod>,
-    through: &Api<Pod>,
-    pod: &Value,
-    pods: usize,
-) -> (Vec<f64>, Vec<f64>) {
-    let (mut a, mut b) = (Vec::with_capacity(pods), Vec::with_capacity(pods));
+/// One round: `pods` creates in each arm, taking turns, then the arms' namespaces emptied.
+/// The latencies in milliseconds, per arm.
+async fn one_round(arms: &[Api<Pod>; 3], pod: &Value, pods: usize) -> [Vec<f64>; 3] {
+    let mut latencies = [(); 3].map(|()| Vec::with_capacity(pods));
     for i in 0..pods {
-        a.push(timed_create(direct, pod, i).await);
-        b.push(timed_create(through, pod, i).await);
+        for (api, arm) in arms.iter().zip(latencies.iter_mut()) {
+            arm.push(timed_create(api, pod, i).await);
+        }
     }
-    for api in [direct, through] {
+    for api in arms {
         api.delete_collection(
             &DeleteParams::default().grace_period(0),
             &ListParams::default(),
@@ -154,7 +187,7 @@ async fn one_round(
         .await
         .unwrap_or_else(|e| panic!("delete the round's pods: {e}"));
     }
-    (a, b)
+    latencies
 }
 
 /// Creates `pod` named `p-I` and returns how long the API server took, in milliseconds.

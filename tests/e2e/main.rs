@@ -22,6 +22,7 @@ mod maintenance;
 mod modes;
 mod node_affinity;
 mod outages;
+mod own_webhook;
 mod pinniped;
 mod placement;
 mod real_node;

@@ -29,14 +29,12 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use base64::Engine as _;
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 
 use crate::Suite;
 use crate::common::dind::{all_containers, fixture_pod};
-use crate::common::tls::pki_valid_for;
 use crate::install::{ensure_installed, installed_name, kubectl_json, kubectl_stdin};
+use crate::own_webhook::{OwnWebhook, Registration};
 use podmend::dind::GUARD_CONTAINER;
 
 /// The injector's configuration: it sorts after podmend's (`podmend-mutating`), as the Vault
@@ -94,55 +92,31 @@ async fn inject(
 
 /// The injector, serving and registered for `namespace`; unregistered and stopped when
 /// dropped, also when the test panics.
-struct Injector {
+struct Injector<'a> {
     calls: Calls,
-    server: tokio::task::JoinHandle<()>,
-    kubectl: std::process::Command,
+    _webhook: OwnWebhook<'a>,
 }
 
-impl Injector {
+impl<'a> Injector<'a> {
     /// Serves the injector on loopback with a certificate of its own CA, registers it for
     /// `namespace` (failing closed, so a call that did not happen fails the create), and waits
     /// until the API server calls it.
-    fn start(suite: &Suite, namespace: &str) -> Injector {
-        let (ca, _, cert, key) = pki_valid_for(Duration::from_secs(3600), &["localhost"]);
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
-            .collect::<Result<_, _>>()
-            .expect("the injector's certificate");
-        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).expect("the injector's key");
-        let tls = rustls::ServerConfig::builder_with_provider(crate::common::tls::provider())
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .expect("the injector's TLS config");
+    fn start(suite: &'a Suite, namespace: &str) -> Injector<'a> {
         let calls = Calls::default();
         let app = Router::new()
             .route("/inject", post(inject))
             .with_state(calls.clone());
-        let listener = suite
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind the injector");
-        let port = listener.local_addr().expect("its address").port();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
-        let server = suite
-            .runtime
-            .spawn(crate::common::api_stub::serve(listener, acceptor, app));
-        let mut kubectl = suite.plane.kubectl();
-        kubectl.args([
-            "delete",
-            "mutatingwebhookconfiguration",
-            INJECTOR_CONFIGURATION,
-            "--ignore-not-found",
-        ]);
+        let registration = Registration {
+            configuration: INJECTOR_CONFIGURATION,
+            webhook: "inject.e2e.podmend.io",
+            namespace,
+            failure_policy: "Fail",
+            path: "/inject",
+        };
         let injector = Injector {
             calls,
-            server,
-            kubectl,
+            _webhook: OwnWebhook::start(suite, &registration, app),
         };
-        let configuration = injector_configuration(port, &ca, namespace);
-        let printed = kubectl_stdin(suite, &["create", "-f", "-"], &configuration);
-        assert!(printed.contains("created"), "kubectl create: {printed}");
         injector.wait_until_called(suite, namespace);
         injector
     }
@@ -193,46 +167,9 @@ impl Injector {
     }
 }
 
-impl Drop for Injector {
-    fn drop(&mut self) {
-        let deleted = self.kubectl.output();
-        if !deleted.as_ref().is_ok_and(|out| out.status.success()) && !std::thread::panicking() {
-            panic!("could not delete the injector's configuration: {deleted:?}");
-        }
-        self.server.abort();
-    }
-}
-
-/// The injector's MutatingWebhookConfiguration: Pods on CREATE in `namespace` only, called
-/// once (`reinvocationPolicy: Never`, the default), failing closed.
-fn injector_configuration(port: u16, ca: &str, namespace: &str) -> Value {
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": INJECTOR_CONFIGURATION},
-        "webhooks": [{
-            "name": "inject.e2e.podmend.io",
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Fail",
-            "timeoutSeconds": 5,
-            "reinvocationPolicy": "Never",
-            "clientConfig": {
-                "url": format!("https://localhost:{port}/inject"),
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
-            },
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
-            "namespaceSelector": {"matchExpressions": [{
-                "key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]
-            }]}
-        }]
-    })
-}
-
 /// podmend installed, `namespace` created, and the injector registered for it; checks that
 /// the injector's configuration sorts after podmend's, so the API server calls it second.
-fn prepare(suite: &Suite, namespace: &str) -> Injector {
+fn prepare<'a>(suite: &'a Suite, namespace: &str) -> Injector<'a> {
     ensure_installed(suite);
     let podmend = installed_name(suite, "MutatingWebhookConfiguration");
     assert!(
