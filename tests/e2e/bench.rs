@@ -6,8 +6,12 @@
 //! `podmend.io/ignore`: in one such namespace the API server calls no webhook (arm A); in
 //! another it calls only a null webhook of the test's own, which allows every pod without a
 //! patch (arm N: what any webhook costs the API server, its call and the AdmissionReview's
-//! encoding); in the third it calls podmend (arm P). Creates go round the arms pod by pod
-//! (A N P A N P), through one kube client, so every arm shares the machine's noise. Each create is one `POST pods` timed from request to stored
+//! encoding); in a third, a webhook of the test's own that adds one annotation by JSON Patch
+//! (arm M: what any patch costs, as the API server applies it and runs its built-in mutating
+//! plugins again, `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/
+//! dispatcher.go`, `reinvokeSpecs`); in the fourth it calls podmend (arm P). Creates go
+//! round the arms pod by pod (A N M P A N M P), through one kube client, so every arm shares
+//! the machine's noise. Each create is one `POST pods` timed from request to stored
 //! answer; the pods stay unscheduled (no scheduler runs in this mode), so deleting them
 //! between rounds is immediate. Two pod shapes: a plain pod podmend answers without a patch,
 //! and Pinniped's pinned agent, which both `node-affinity` and `agent-requests` repair.
@@ -17,6 +21,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::http::header;
 use axum::routing::post;
+use base64::Engine as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -31,6 +36,7 @@ use crate::pinniped::create_node;
 
 const DIRECT: &str = "bench-no-webhook";
 const NULL: &str = "bench-null-webhook";
+const PATCHING: &str = "bench-patching-webhook";
 const THROUGH: &str = "bench-podmend";
 const NODE: &str = "bench-node";
 
@@ -64,63 +70,82 @@ impl Plan {
 /// Runs the plan and returns the table it measured.
 pub fn pod_create(suite: &Suite, plan: &Plan) -> String {
     ensure_installed(suite);
-    let _null = null_webhook(suite);
+    let _null = own_webhook(suite, NULL, false);
+    let _patching = own_webhook(suite, PATCHING, true);
     prepare(suite);
     let client = suite.block_on(suite.plane.client());
-    let arms: [Api<Pod>; 3] = [DIRECT, NULL, THROUGH].map(|ns| Api::namespaced(client.clone(), ns));
+    let arms: [Api<Pod>; 4] =
+        [DIRECT, NULL, PATCHING, THROUGH].map(|ns| Api::namespaced(client.clone(), ns));
     let mut table = String::from(
-        "| pod | round | no webhook (A) | null webhook (N) | podmend (P) | P/A | P/N |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+        "| pod | round | no webhook (A) | null webhook (N) | one-op patch (M) | podmend (P) | P/A | P/N | P/M |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
     );
     for (shape, pod) in [("plain", plain_pod()), ("pinned agent", pinned_agent())] {
-        let (mut over_a, mut over_n) = (Vec::new(), Vec::new());
+        let (mut over_a, mut over_n, mut over_m) = (Vec::new(), Vec::new(), Vec::new());
         for round in 1..=plan.rounds {
-            let [a, n, p] = suite.block_on(one_round(&arms, &pod, plan.pods));
-            let [a50, n50, p50] = [&a, &n, &p].map(|arm| percentile(arm, 50));
+            let [a, n, m, p] = suite.block_on(one_round(&arms, &pod, plan.pods));
+            let [a50, n50, m50, p50] = [&a, &n, &m, &p].map(|arm| percentile(arm, 50));
             over_a.push(p50 / a50);
             over_n.push(p50 / n50);
+            over_m.push(p50 / m50);
             let cell =
                 |arm: &[f64], median: f64| format!("{median:.2}, {:.2}", percentile(arm, 90));
             table.push_str(&format!(
-                "| {shape} | {round} | {} | {} | {} | {:.3} | {:.3} |\n",
+                "| {shape} | {round} | {} | {} | {} | {} | {:.3} | {:.3} | {:.3} |\n",
                 cell(&a, a50),
                 cell(&n, n50),
+                cell(&m, m50),
                 cell(&p, p50),
                 p50 / a50,
-                p50 / n50
+                p50 / n50,
+                p50 / m50
             ));
         }
         table.push_str(&format!(
-            "| {shape} | median of rounds | | | | **{:.3}** | **{:.3}** |\n",
+            "| {shape} | median of rounds | | | | | **{:.3}** | **{:.3}** | **{:.3}** |\n",
             percentile(&over_a, 50),
-            percentile(&over_n, 50)
+            percentile(&over_n, 50),
+            percentile(&over_m, 50)
         ));
     }
     table.push_str("\nEach arm's cell: median, p90 of one create in ms.\n");
     table
 }
 
-/// A webhook that allows every pod of [`NULL`] without a patch.
-fn null_webhook(suite: &Suite) -> OwnWebhook<'_> {
-    async fn allow(body: axum::body::Bytes) -> ([(header::HeaderName, &'static str); 1], String) {
+/// A webhook of the test's own for the pods of `namespace`: it allows each, without a patch
+/// or, with `patch`, adding one annotation.
+fn own_webhook<'a>(suite: &'a Suite, namespace: &str, patch: bool) -> OwnWebhook<'a> {
+    let answer = move |body: axum::body::Bytes| async move {
         let review: Value = serde_json::from_slice(&body).unwrap_or_default();
+        let mut response = json!({"uid": review["request"]["uid"], "allowed": true});
+        if patch {
+            let ops = json!([{"op": "add", "path": "/metadata/annotations",
+                              "value": {"bench.podmend.io/patched": "true"}}]);
+            response["patchType"] = json!("JSONPatch");
+            response["patch"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(ops.to_string()));
+        }
         let answer = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                            "response": {"uid": review["request"]["uid"], "allowed": true}});
+                            "response": response});
         (
             [(header::CONTENT_TYPE, "application/json")],
             answer.to_string(),
         )
-    }
+    };
     let registration = Registration {
-        configuration: "bench-null-webhook",
-        webhook: "null.bench.podmend.io",
-        namespace: NULL,
+        configuration: namespace,
+        webhook: if patch {
+            "patching.bench.podmend.io"
+        } else {
+            "null.bench.podmend.io"
+        },
+        namespace,
         failure_policy: "Fail",
         path: "/mutate",
     };
     OwnWebhook::start(
         suite,
         &registration,
-        Router::new().route("/mutate", post(allow)),
+        Router::new().route("/mutate", post(answer)),
     )
 }
 
@@ -128,12 +153,12 @@ fn null_webhook(suite: &Suite) -> OwnWebhook<'_> {
 /// the pinned agent in its namespace and is never asked in the others.
 fn prepare(suite: &Suite) {
     create_node(suite, NODE, "");
-    for ns in [DIRECT, NULL, THROUGH] {
+    for ns in [DIRECT, NULL, PATCHING, THROUGH] {
         suite
             .block_on(suite.plane.create_namespace(ns))
             .unwrap_or_else(|e| panic!("{e}"));
     }
-    for ns in [DIRECT, NULL] {
+    for ns in [DIRECT, NULL, PATCHING] {
         kubectl(suite, &["label", "namespace", ns, "podmend.io/ignore=true"]);
     }
     wait_until_podmend_knows(suite, THROUGH, NODE);
@@ -156,6 +181,7 @@ fn prepare(suite: &Suite) {
     let mut attempt = 0;
     while mutated(DIRECT, format!("arms-differ-{attempt}"))
         || mutated(NULL, format!("arms-differ-{attempt}"))
+        || mutated(PATCHING, format!("arms-differ-{attempt}"))
     {
         assert!(
             Instant::now() < deadline,
@@ -172,8 +198,8 @@ fn prepare(suite: &Suite) {
 
 /// One round: `pods` creates in each arm, taking turns, then the arms' namespaces emptied.
 /// The latencies in milliseconds, per arm.
-async fn one_round(arms: &[Api<Pod>; 3], pod: &Value, pods: usize) -> [Vec<f64>; 3] {
-    let mut latencies = [(); 3].map(|()| Vec::with_capacity(pods));
+async fn one_round(arms: &[Api<Pod>; 4], pod: &Value, pods: usize) -> [Vec<f64>; 4] {
+    let mut latencies = [(); 4].map(|()| Vec::with_capacity(pods));
     for i in 0..pods {
         for (api, arm) in arms.iter().zip(latencies.iter_mut()) {
             arm.push(timed_create(api, pod, i).await);
