@@ -25,6 +25,7 @@ mod pinniped;
 mod placement;
 mod real_node;
 mod reinvocation;
+mod reviews;
 mod teardown;
 mod templates;
 mod tls_rollover;
@@ -238,6 +239,10 @@ const TESTS: &[Test] = &[
     (
         "the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does",
         differential::the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does,
+    ),
+    (
+        "the_reviews_the_fast_tier_builds_are_the_reviews_the_api_server_sends",
+        reviews::the_reviews_the_fast_tier_builds_are_the_reviews_the_api_server_sends,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",

@@ -120,7 +120,7 @@ fn write_status_as_node(suite: &Suite, name: &str, node: &str, status: &Value) -
 
 /// `kubectl ARGS` with `object` on its standard input as the kubelet of `node`: the admin
 /// impersonates `system:node:NODE` in group `system:nodes`.
-fn kubectl_as_node(suite: &Suite, node: &str, args: &[&str], object: &Value) -> Output {
+pub(crate) fn kubectl_as_node(suite: &Suite, node: &str, args: &[&str], object: &Value) -> Output {
     let user = format!("system:node:{node}");
     let mut all = vec!["--as", user.as_str(), "--as-group", "system:nodes"];
     all.extend_from_slice(args);

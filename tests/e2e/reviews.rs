@@ -1,0 +1,557 @@
+//! The AdmissionReviews the fast tier sends podmend (`create_review`, `status_update_review`
+//! and `review_of` in `tests/common/server.rs`) against the ones kube-apiserver sends: the
+//! differential's own webhook (`differential::AnswersWebhook`) records what the real API
+//! server sends for each case, and each is compared, field by field for what podmend reads,
+//! with what the fast tier's builder makes of the same object.
+//!
+//! The cases are created in a namespace labelled `podmend.io/ignore`, which the chart's
+//! webhook configuration leaves out, so the test's webhook sees the objects as the API server
+//! admits them, not as podmend repaired them.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::Suite;
+use crate::common::k8s_rules::Quantity;
+use crate::common::server::{create_review, fixture, status_update_review};
+use crate::differential::AnswersWebhook;
+use crate::install::{assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin};
+use crate::node_affinity::poll;
+use crate::pinniped::create_node;
+use crate::virtual_node::kubectl_as_node;
+
+const NAMESPACE: &str = "reviews";
+const NODE: &str = "reviews-node";
+const CONFIGURATION: &str = "podmend-reviews";
+/// The Deployment's name; its ReplicaSet's pods are named after it.
+const DEPLOYMENT: &str = "pinniped-concierge-kube-cert-agent";
+
+/// What the API server may send that the fast tier's reviews leave out or set otherwise, by
+/// path (`*` for any list index), each with why it is not modelled.
+const IGNORED: &[(&str, &str)] = &[
+    (
+        "request.uid",
+        "a fresh uid per request; podmend only echoes it",
+    ),
+    (
+        "request.userInfo",
+        "the test's identity: compared by shape (which keys, of which type) only",
+    ),
+    (
+        "request.userInfo.extra",
+        "the x509 authenticator's note on the test's client certificate (its credential id); \
+         a kubelet's review has none and podmend reads no userInfo",
+    ),
+    (
+        "request.options.fieldManager",
+        "the client's name for itself (kubectl-create); podmend reads no option",
+    ),
+    (
+        "request.options.fieldValidation",
+        "the client's choice (kubectl sends Strict, a controller nothing); podmend reads no option",
+    ),
+];
+
+/// What the API server adds to the objects of a review (`object`, `oldObject`, and a
+/// template's pod under `spec.template`) that the fast tier's model leaves out, by path within
+/// the object, each with why. `k8s_rules::apply_pod_defaults` models the resource lists,
+/// which podmend's agent rule reads; these are the other defaults of
+/// `pkg/apis/core/v1/defaults.go` (`SetDefaults_PodSpec`, `SetDefaults_Container`) and
+/// `pkg/apis/apps/v1/defaults.go` (`SetDefaults_Deployment`), and the Priority admission
+/// plugin's (`plugin/pkg/admission/priority/admission.go`, `admitPod`), which podmend's rules
+/// read as they read their absence.
+const NOT_MODELLED: &[(&str, &str)] = &[
+    (
+        "metadata.managedFields",
+        "the API server's record of which client owns which field, with its timestamps",
+    ),
+    (
+        "spec.schedulerName",
+        "default-scheduler, which node_affinity assumes when the field is absent",
+    ),
+    (
+        "spec.serviceAccount",
+        "the deprecated copy of serviceAccountName, which no rule reads",
+    ),
+    ("spec.serviceAccountName", "default: no rule reads it"),
+    ("spec.dnsPolicy", "ClusterFirst: no rule reads it"),
+    ("spec.enableServiceLinks", "true: no rule reads it"),
+    ("spec.restartPolicy", "Always: no rule reads it"),
+    ("spec.terminationGracePeriodSeconds", "30: no rule reads it"),
+    (
+        "spec.priority",
+        "0 from the Priority plugin without a priorityClassName: node_affinity reads the class, \
+         not the number",
+    ),
+    ("spec.preemptionPolicy", "PreemptLowerPriority, as above"),
+    (
+        "spec.containers[*].terminationMessagePath",
+        "/dev/termination-log: no rule reads it",
+    ),
+    (
+        "spec.containers[*].terminationMessagePolicy",
+        "File: no rule reads it",
+    ),
+    (
+        "spec.containers[*].imagePullPolicy",
+        "Always or IfNotPresent by the image's tag: no rule reads it",
+    ),
+    (
+        "spec.initContainers[*].terminationMessagePath",
+        "as for containers",
+    ),
+    (
+        "spec.initContainers[*].terminationMessagePolicy",
+        "as for containers",
+    ),
+    (
+        "spec.initContainers[*].imagePullPolicy",
+        "as for containers",
+    ),
+    (
+        "status.containerStatuses[*].lastState",
+        "an empty state the status write did not send: virtual-node-phase reads `state`",
+    ),
+    (
+        "spec.progressDeadlineSeconds",
+        "a Deployment's default: podmend reads its template only",
+    ),
+    ("spec.revisionHistoryLimit", "as above"),
+    ("spec.strategy", "as above"),
+];
+
+/// Whether the list entry `entry` of the API server's object is one an admission plugin of
+/// the API server added (and the model's object lacks): the tolerations of
+/// DefaultTolerationSeconds (`plugin/pkg/admission/defaulttolerationseconds/admission.go`,
+/// `Admit`: not-ready and unreachable, NoExecute, 300 s) and of PodTolerationRestriction as
+/// the suite enables it (`plugin/pkg/admission/podtolerationrestriction/admission.go`,
+/// `Admit`: memory-pressure, NoSchedule), and the ServiceAccount plugin's token volume and
+/// its mount in each container (`plugin/pkg/admission/serviceaccount/admission.go`,
+/// `mountServiceAccountToken`: `kube-api-access-*`). The e2e tests of node-affinity
+/// (tolerations) and dind-rm (volumes) run podmend against pods that carry them.
+fn added_by_a_plugin(list: &str, entry: &Value) -> bool {
+    match list {
+        "tolerations" => matches!(
+            entry["key"].as_str(),
+            Some(
+                "node.kubernetes.io/not-ready"
+                    | "node.kubernetes.io/unreachable"
+                    | "node.kubernetes.io/memory-pressure"
+            )
+        ),
+        "volumes" | "volumeMounts" => entry["name"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("kube-api-access-")),
+        _ => false,
+    }
+}
+
+/// The API server's `object` without what [`added_by_a_plugin`] names, where the model's
+/// `ours` lacks it.
+fn without_plugin_additions(theirs: &mut Value, ours: &Value) {
+    match theirs {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                if let (Value::Array(list), false) = (
+                    &mut *value,
+                    ours.get(key).is_some_and(|o| {
+                        o.as_array()
+                            .is_some_and(|o| o.iter().any(|e| added_by_a_plugin(key, e)))
+                    }),
+                ) {
+                    list.retain(|entry| !added_by_a_plugin(key, entry));
+                }
+                without_plugin_additions(value, &ours[key.as_str()]);
+            }
+        }
+        Value::Array(list) => {
+            for (index, value) in list.iter_mut().enumerate() {
+                without_plugin_additions(value, &ours[index]);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Every leaf of `value` under `path`: (path, value), lists indexed. An empty map or list
+/// has none: it decodes to the same Go value as an absent one, and the API server's encoding
+/// drops it (`resources: {limits: {}}` reaches a webhook as `resources: {}`, `status` of a
+/// create as `{}`).
+fn leaves(path: &str, value: &Value, out: &mut BTreeMap<String, Value>) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                leaves(&format!("{path}.{key}"), value, out);
+            }
+        }
+        Value::Array(list) => {
+            for (index, value) in list.iter().enumerate() {
+                leaves(&format!("{path}[{index}]"), value, out);
+            }
+        }
+        _ => {
+            out.insert(path.to_string(), value.clone());
+        }
+    }
+}
+
+/// `path` with each list index as `*`.
+fn pattern(path: &str) -> String {
+    let mut out = String::new();
+    let mut in_index = false;
+    for c in path.chars() {
+        match c {
+            '[' => {
+                in_index = true;
+                out.push_str("[*]");
+            }
+            ']' => in_index = false,
+            _ if in_index => {}
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn under(path: &str, prefix: &str) -> bool {
+    path == prefix
+        || path.starts_with(&format!("{prefix}."))
+        || path.starts_with(&format!("{prefix}["))
+}
+
+/// Whether `path` is one [`IGNORED`] or, within an object (or its template), [`NOT_MODELLED`]
+/// names.
+fn ignored(path: &str) -> bool {
+    let path = pattern(path);
+    if IGNORED.iter().any(|(prefix, _)| under(&path, prefix)) {
+        return true;
+    }
+    let within = ["request.object.", "request.oldObject."]
+        .iter()
+        .find_map(|object| path.strip_prefix(object));
+    within.is_some_and(|within| {
+        let within = within.strip_prefix("spec.template.").unwrap_or(within);
+        NOT_MODELLED.iter().any(|(prefix, _)| under(within, prefix))
+    })
+}
+
+/// Two leaves agree: equal, or quantities of a resource list with the same exact value
+/// (`0.5` and `500m`), or a `false` or `""` the model sends where the API server's encoding
+/// drops it (a plain Go bool or string with `omitempty`, as a volume mount's `readOnly` or an
+/// emptyDir's `medium`).
+fn same(path: &str, theirs: Option<&Value>, ours: Option<&Value>) -> bool {
+    let (theirs, ours) = match (theirs, ours) {
+        (None, Some(Value::Bool(false))) => return true,
+        (None, Some(Value::String(empty))) if empty.is_empty() => return true,
+        (Some(theirs), Some(ours)) => (theirs, ours),
+        _ => return false,
+    };
+    if theirs == ours {
+        return true;
+    }
+    let in_resources = path.contains(".requests.") || path.contains(".limits.");
+    in_resources
+        && matches!((Quantity::from_json(theirs), Quantity::from_json(ours)),
+                    (Ok(a), Ok(b)) if a.nanos() == b.nanos())
+}
+
+/// The userInfo's shape: each key with its JSON type, but those [`IGNORED`] names.
+fn shape(user: &Value) -> Vec<(String, &'static str)> {
+    let kind = |v: &Value| match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(items) if items.iter().all(Value::is_string) => "list of strings",
+        Value::Array(_) => "list",
+        Value::Object(_) => "map",
+    };
+    user.as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(key, _)| {
+            let path = format!("request.userInfo.{key}");
+            !IGNORED.iter().any(|(ignored, _)| *ignored == path)
+        })
+        .map(|(key, value)| (key.clone(), kind(value)))
+        .collect()
+}
+
+/// How the fast tier's review `ours` differs from the API server's `theirs`, leaf by leaf,
+/// except what [`IGNORED`] and [`NOT_MODELLED`] name and what [`added_by_a_plugin`] allows.
+fn differences(theirs: &Value, ours: &Value) -> Vec<String> {
+    let (mut real, mut model) = (BTreeMap::new(), BTreeMap::new());
+    let mut theirs = theirs.clone();
+    for object in ["object", "oldObject"] {
+        without_plugin_additions(&mut theirs["request"][object], &ours["request"][object]);
+    }
+    let theirs = &theirs;
+    leaves("", theirs, &mut real);
+    leaves("", ours, &mut model);
+    let mut found = Vec::new();
+    let (their_user, our_user) = (
+        shape(&theirs["request"]["userInfo"]),
+        shape(&ours["request"]["userInfo"]),
+    );
+    if their_user != our_user {
+        found.push(format!(
+            "request.userInfo's shape: API server {their_user:?}, fast tier {our_user:?}"
+        ));
+    }
+    let paths: std::collections::BTreeSet<&String> = real.keys().chain(model.keys()).collect();
+    for path in paths {
+        let trimmed = path.trim_start_matches('.');
+        if ignored(trimmed) {
+            continue;
+        }
+        match (real.get(path), model.get(path)) {
+            (a, b) if same(trimmed, a, b) => {}
+            (a, b) => found.push(format!(
+                "{trimmed}: API server {}, fast tier {}",
+                a.map_or("absent".to_string(), Value::to_string),
+                b.map_or("absent".to_string(), Value::to_string)
+            )),
+        }
+    }
+    found
+}
+
+/// What the test's webhook received, kept until a case takes its review.
+struct Recorded<'a> {
+    webhook: AnswersWebhook<'a>,
+    reviews: Vec<Value>,
+}
+
+impl Recorded<'_> {
+    /// The first review `matches` picks (30 s at most: a controller's create comes a moment
+    /// after the write that causes it), taken out of the record.
+    fn take(&mut self, what: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        poll(Duration::from_secs(30), || {
+            self.reviews.extend(self.webhook.take_reviews());
+            match self.reviews.iter().position(|r| matches(&r["request"])) {
+                Some(index) => Ok(self.reviews.remove(index)),
+                None => Err(format!(
+                    "the API server sent the test's webhook no review of {what}; it sent:\n{}",
+                    self.reviews
+                        .iter()
+                        .map(|r| format!(
+                            "{} {} {}",
+                            r["request"]["operation"],
+                            r["request"]["resource"],
+                            r["request"]["object"]["metadata"]
+                        ))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )),
+            }
+        })
+    }
+}
+
+/// The case's object as `kubectl create -n NAMESPACE` sends it.
+fn in_namespace(mut object: Value, name: &str) -> Value {
+    let metadata = object["metadata"].as_object_mut().expect("metadata");
+    metadata.remove("namespace");
+    if !name.is_empty() {
+        metadata.insert("name".into(), json!(name));
+    }
+    object
+}
+
+fn created(request: &Value, kind: &str, name: &str) -> bool {
+    request["operation"] == "CREATE"
+        && request["kind"]["kind"] == kind
+        && (request["object"]["metadata"]["name"] == name
+            || request["object"]["metadata"]["generateName"]
+                .as_str()
+                .is_some_and(|g| !name.is_empty() && g.starts_with(name)))
+}
+
+/// The pods and the Deployment of the cases, each as the fast tier's tests build it.
+fn pinned() -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pinned"},
+           "spec": {"nodeName": NODE, "containers": [{"name": "c", "image": "busybox",
+               "resources": {"limits": {"cpu": "500m", "memory": "128Mi"}}}]}})
+}
+
+fn agent() -> Value {
+    in_namespace(
+        fixture("jenkins-k8s-plugin-agent-pod-default-jnlp-as-submitted-eks.yaml"),
+        "agent",
+    )
+}
+
+fn dind() -> Value {
+    in_namespace(
+        fixture("gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml"),
+        "",
+    )
+}
+
+/// The Pinniped agent's Deployment, pinned to [`NODE`].
+fn deployment() -> Value {
+    let mut deployment = in_namespace(
+        fixture("pinniped-kube-cert-agent-deployment-v0.24.0-reconstructed.yaml"),
+        DEPLOYMENT,
+    );
+    deployment["spec"]["template"]["spec"]["nodeName"] = json!(NODE);
+    deployment
+}
+
+/// The namespace (left out by podmend's webhooks), the node, the Deployment's service
+/// account, and the test's webhook for pods, their status and Deployments there, once the API
+/// server calls it.
+fn setup(suite: &Suite) -> Recorded<'_> {
+    ensure_installed(suite);
+    suite
+        .block_on(suite.plane.create_namespace(NAMESPACE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    kubectl(
+        suite,
+        &["label", "namespace", NAMESPACE, "podmend.io/ignore=true"],
+    );
+    kubectl(
+        suite,
+        &["create", "serviceaccount", DEPLOYMENT, "-n", NAMESPACE],
+    );
+    create_node(suite, NODE, "");
+    let rules = json!([
+        {"operations": ["CREATE", "UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+         "resources": ["pods", "pods/status"], "scope": "Namespaced"},
+        {"operations": ["CREATE"], "apiGroups": ["apps"], "apiVersions": ["v1"],
+         "resources": ["deployments"], "scope": "Namespaced"}]);
+    let webhook = AnswersWebhook::start_for(suite, CONFIGURATION, NAMESPACE, rules);
+    // The API server sees a new configuration through its watch, a moment later.
+    let probe = in_namespace(pinned(), "probe");
+    poll(Duration::from_secs(30), || {
+        dry_run(suite, &probe);
+        if webhook.take_reviews().is_empty() {
+            Err("the API server did not call the test's webhook".to_string())
+        } else {
+            Ok(())
+        }
+    });
+    Recorded {
+        webhook,
+        reviews: Vec::new(),
+    }
+}
+
+fn create(suite: &Suite, object: &Value) {
+    kubectl_stdin(suite, &["create", "-n", NAMESPACE, "-f", "-"], object);
+}
+
+fn dry_run(suite: &Suite, object: &Value) {
+    kubectl_stdin(
+        suite,
+        &["create", "--dry-run=server", "-n", NAMESPACE, "-f", "-"],
+        object,
+    );
+}
+
+/// Writes the status of the pod `name` as the kubelet of [`NODE`] (phase `Pending`, its one
+/// container running, as `virtual_node_phase.rs` writes it): the pod as stored before, and
+/// the pod sent.
+fn write_status_as_node(suite: &Suite, name: &str) -> (Value, Value) {
+    let stored = kubectl_json(suite, &["get", "pod", name, "-n", NAMESPACE, "-o", "json"]);
+    let mut sent = stored.clone();
+    sent["status"] = json!({"phase": "Pending", "containerStatuses": [{
+        "name": "c", "image": "busybox", "imageID": "", "ready": true, "restartCount": 0,
+        "started": true, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]});
+    let output = kubectl_as_node(
+        suite,
+        NODE,
+        &["replace", "--subresource=status", "-f", "-"],
+        &sent,
+    );
+    assert_success("kubectl replace --subresource=status as the node", &output);
+    (stored, sent)
+}
+
+/// One case: the API server's review and the fast tier's.
+struct Compared {
+    case: &'static str,
+    real: Value,
+    model: Value,
+}
+
+/// Every case's two reviews.
+fn captured(suite: &Suite) -> Vec<Compared> {
+    let mut recorded = setup(suite);
+    let mut cases = Vec::new();
+    let mut compare = |case, real: Value, model: Value| cases.push(Compared { case, real, model });
+    for (case, object, name) in [
+        ("a pinned pod", pinned(), "pinned"),
+        ("an agent pod", agent(), "agent"),
+        ("a DinD pod named by generateName", dind(), "runner-"),
+    ] {
+        create(suite, &object);
+        let real = recorded.take(case, |r| created(r, "Pod", name));
+        let model = create_review("uid", &object, NAMESPACE);
+        compare(case, real, model);
+    }
+    let deployment = deployment();
+    create(suite, &deployment);
+    let real = recorded.take("the Deployment", |r| created(r, "Deployment", DEPLOYMENT));
+    compare(
+        "a Deployment",
+        real,
+        create_review("uid", &deployment, NAMESPACE),
+    );
+    // The ReplicaSet controller's pod: its metadata is the controller's (generateName, the
+    // template's labels and pod-template-hash, ownerReferences), its spec the template's.
+    let real = recorded.take("the ReplicaSet controller's pod", |r| {
+        created(r, "Pod", &format!("{DEPLOYMENT}-"))
+    });
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": real["request"]["object"]["metadata"],
+                     "spec": deployment["spec"]["template"]["spec"]});
+    compare(
+        "a pod the ReplicaSet controller creates",
+        real,
+        create_review("uid", &pod, NAMESPACE),
+    );
+    let (stored, sent) = write_status_as_node(suite, "pinned");
+    let real = recorded.take("the node's status write", |r| {
+        r["operation"] == "UPDATE"
+            && r["subResource"] == "status"
+            && r["userInfo"]["username"] == format!("system:node:{NODE}")
+    });
+    compare(
+        "a kubelet's pods/status UPDATE",
+        real,
+        status_update_review("uid", &sent, &stored, NODE),
+    );
+    let object = in_namespace(pinned(), "dry-run");
+    dry_run(suite, &object);
+    let real = recorded.take("the dry run", |r| created(r, "Pod", "dry-run"));
+    let mut model = create_review("uid", &object, NAMESPACE);
+    // What makes a server-side dry run: the fast tier sends none, so its review of the same
+    // create is the model, with these two set as the API server sets them.
+    model["request"]["dryRun"] = json!(true);
+    model["request"]["options"]["dryRun"] = json!(["All"]);
+    compare("a server-side dry-run create", real, model);
+    drop(recorded);
+    cases
+}
+
+pub fn the_reviews_the_fast_tier_builds_are_the_reviews_the_api_server_sends(suite: &Suite) {
+    let cases = captured(suite);
+    let mut disagreements = Vec::new();
+    for case in &cases {
+        let found = differences(&case.real, &case.model);
+        if !found.is_empty() {
+            disagreements.push(format!("{}:\n  {}", case.case, found.join("\n  ")));
+        }
+    }
+    println!("({} reviews compared)", cases.len());
+    assert!(
+        disagreements.is_empty(),
+        "the fast tier's reviews differ from the API server's in {} of {} cases:\n{}",
+        disagreements.len(),
+        cases.len(),
+        disagreements.join("\n")
+    );
+}
