@@ -245,6 +245,14 @@ const TESTS: &[Test] = &[
         reviews::the_reviews_the_fast_tier_builds_are_the_reviews_the_api_server_sends,
     ),
     (
+        "a_pod_its_controller_creates_is_logged_by_its_generate_name",
+        reviews::a_pod_its_controller_creates_is_logged_by_its_generate_name,
+    ),
+    (
+        "a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations",
+        reviews::a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations,
+    ),
+    (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
         tls_rollover::a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired,
     ),

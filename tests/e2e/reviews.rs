@@ -18,8 +18,9 @@ use crate::common::k8s_rules::Quantity;
 use crate::common::server::{create_review, fixture, status_update_review};
 use crate::differential::AnswersWebhook;
 use crate::install::{assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin};
-use crate::node_affinity::poll;
+use crate::node_affinity::{poll, wait_until_podmend_knows};
 use crate::pinniped::create_node;
+use crate::reinvocation::podmend_decisions;
 use crate::virtual_node::kubectl_as_node;
 
 const NAMESPACE: &str = "reviews";
@@ -553,5 +554,125 @@ pub fn the_reviews_the_fast_tier_builds_are_the_reviews_the_api_server_sends(sui
         disagreements.len(),
         cases.len(),
         disagreements.join("\n")
+    );
+}
+
+/// Where podmend repairs the Deployment's pods of the next test.
+const LOGGED_NAMESPACE: &str = "reviews-logged";
+
+/// A ReplicaSet's pod reaches admission with a `generateName` and no name (the ReplicaSet
+/// controller sets only `GenerateName`: `pkg/controller/controller_utils.go`,
+/// `GetPodFromTemplate`; the API server names it after admission, in `BeforeCreate`,
+/// `staging/src/k8s.io/apiserver/pkg/registry/rest/create.go`). podmend's admission log line
+/// names the pod by its `generateName`. Without podmend the pod would be stored with
+/// `nodeName` and no `podmend.io/mutated`, and podmend's log would name no such pod.
+pub fn a_pod_its_controller_creates_is_logged_by_its_generate_name(suite: &Suite) {
+    ensure_installed(suite);
+    suite
+        .block_on(suite.plane.create_namespace(LOGGED_NAMESPACE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let node = "reviews-logged-node";
+    create_node(suite, node, "");
+    wait_until_podmend_knows(suite, LOGGED_NAMESPACE, node);
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "logged"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "logged"}},
+                 "template": {"metadata": {"labels": {"app": "logged"}},
+                              "spec": {"nodeName": node,
+                                       "containers": [{"name": "c", "image": "busybox"}]}}}});
+    kubectl_stdin(
+        suite,
+        &["create", "-n", LOGGED_NAMESPACE, "-f", "-"],
+        &deployment,
+    );
+    let pod = poll(Duration::from_secs(60), || {
+        let pods = kubectl_json(
+            suite,
+            &[
+                "get",
+                "pods",
+                "-n",
+                LOGGED_NAMESPACE,
+                "-l",
+                "app=logged",
+                "-o",
+                "json",
+            ],
+        );
+        pods["items"]
+            .get(0)
+            .cloned()
+            .ok_or_else(|| format!("the ReplicaSet controller made no pod yet: {pods}"))
+    });
+    let generate_name = pod["metadata"]["generateName"].as_str().unwrap_or_else(|| {
+        panic!(
+            "the controller's pod has no generateName: {}",
+            pod["metadata"]
+        )
+    });
+    assert!(
+        pod["metadata"]["annotations"]["podmend.io/mutated"].is_string(),
+        "the stored pod was repaired by podmend: {}",
+        pod["metadata"]
+    );
+    assert_eq!(
+        podmend_decisions(suite, LOGGED_NAMESPACE, generate_name, 1),
+        ["CREATE patched"],
+        "podmend's log names the pod by its generateName {generate_name}"
+    );
+}
+
+/// The virtual-kubelet e2e pod (`nodeName`, a `nodeSelector` on the virtual node's labels, a
+/// toleration of the provider's taint) through podmend, pinned to a node podmend knows and
+/// which has no taints: stored repaired, with its `nodeSelector` and its own toleration as
+/// written, and no toleration but those the API server's DefaultTolerationSeconds and
+/// PodTolerationRestriction plugins add (see `differential::modelled`). Without podmend the pod
+/// would be stored with `nodeName` and no `podmend.io/mutated`.
+pub fn a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations(suite: &Suite) {
+    const VK_NAMESPACE: &str = "reviews-virtual-kubelet";
+    ensure_installed(suite);
+    suite
+        .block_on(suite.plane.create_namespace(VK_NAMESPACE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pod = in_namespace(
+        fixture("virtual-kubelet-aci-e2e-pod-with-nodename-and-nodeselector.yaml"),
+        "",
+    );
+    let node = pod["spec"]["nodeName"]
+        .as_str()
+        .expect("the fixture's nodeName");
+    create_node(suite, node, "");
+    wait_until_podmend_knows(suite, VK_NAMESPACE, node);
+    kubectl_stdin(suite, &["create", "-n", VK_NAMESPACE, "-f", "-"], &pod);
+    let name = pod["metadata"]["name"]
+        .as_str()
+        .expect("the fixture's name");
+    let stored = kubectl_json(
+        suite,
+        &["get", "pod", name, "-n", VK_NAMESPACE, "-o", "json"],
+    );
+    assert!(
+        stored["metadata"]["annotations"]["podmend.io/mutated"].is_string(),
+        "the stored pod was repaired by podmend: {}",
+        stored["metadata"]
+    );
+    assert_eq!(stored["spec"]["nodeSelector"], pod["spec"]["nodeSelector"]);
+    let own = pod["spec"]["tolerations"].as_array().expect("tolerations");
+    let stored_tolerations = stored["spec"]["tolerations"]
+        .as_array()
+        .expect("tolerations");
+    for toleration in own {
+        assert!(
+            stored_tolerations.contains(toleration),
+            "the pod's toleration {toleration} is stored as written: {stored_tolerations:?}"
+        );
+    }
+    let others: Vec<&Value> = stored_tolerations
+        .iter()
+        .filter(|t| !own.contains(t) && !added_by_a_plugin("tolerations", t))
+        .collect();
+    assert!(
+        others.is_empty(),
+        "podmend added tolerations to a pod for an untainted node: {others:?}"
     );
 }
