@@ -253,6 +253,10 @@ const TESTS: &[Test] = &[
         reviews::a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations,
     ),
     (
+        "a_new_taint_seen_on_the_watch_is_used_for_the_next_pod",
+        reviews::a_new_taint_seen_on_the_watch_is_used_for_the_next_pod,
+    ),
+    (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
         tls_rollover::a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired,
     ),

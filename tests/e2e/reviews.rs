@@ -17,8 +17,10 @@ use crate::Suite;
 use crate::common::k8s_rules::Quantity;
 use crate::common::server::{create_review, fixture, status_update_review};
 use crate::differential::AnswersWebhook;
-use crate::install::{assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin};
-use crate::node_affinity::{poll, wait_until_podmend_knows};
+use crate::install::{
+    assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin, kubectl_stdin_output,
+};
+use crate::node_affinity::{pinned_pod, poll, wait_until_podmend_knows};
 use crate::pinniped::create_node;
 use crate::reinvocation::podmend_decisions;
 use crate::virtual_node::kubectl_as_node;
@@ -675,4 +677,87 @@ pub fn a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations(suite: &Sui
         others.is_empty(),
         "podmend added tolerations to a pod for an untainted node: {others:?}"
     );
+}
+
+/// A taint put on a node podmend already knows reaches podmend through its watch of Nodes (a
+/// MODIFIED event), and the next pod pinned there is stored tolerating it. Without podmend
+/// (or with a podmend that kept the node as first listed) the stored pod would carry no
+/// toleration of `dedicated`: the API server's plugins add only the not-ready, unreachable
+/// and memory-pressure ones (see `differential::modelled`).
+pub fn a_new_taint_seen_on_the_watch_is_used_for_the_next_pod(suite: &Suite) {
+    const WATCH_NAMESPACE: &str = "reviews-watch";
+    const WATCH_NODE: &str = "reviews-watch-node";
+    let wanted = json!({"key": "dedicated", "operator": "Equal", "value": "agents",
+                        "effect": "NoSchedule"});
+    ensure_installed(suite);
+    suite
+        .block_on(suite.plane.create_namespace(WATCH_NAMESPACE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    create_node(suite, WATCH_NODE, "");
+    wait_until_podmend_knows(suite, WATCH_NAMESPACE, WATCH_NODE);
+    let tolerates = |pod: &Value| {
+        pod["spec"]["tolerations"]
+            .as_array()
+            .is_some_and(|t| t.contains(&wanted))
+    };
+    let probe = pinned_pod(WATCH_NAMESPACE, "probe", WATCH_NODE, json!({}));
+    let dry_run = || {
+        kubectl_json_stdin(
+            suite,
+            &["create", "--dry-run=server", "-o", "json", "-f", "-"],
+            &probe,
+        )
+    };
+    assert!(
+        !tolerates(&dry_run()),
+        "before the taint, the pod tolerates no `dedicated`"
+    );
+    kubectl(
+        suite,
+        &["taint", "node", WATCH_NODE, "dedicated=agents:NoSchedule"],
+    );
+    poll(Duration::from_secs(30), || {
+        let pod = dry_run();
+        if tolerates(&pod) {
+            Ok(())
+        } else {
+            Err(format!(
+                "podmend did not tolerate the new taint: {}",
+                pod["spec"]["tolerations"]
+            ))
+        }
+    });
+    let pod = pinned_pod(WATCH_NAMESPACE, "after-the-taint", WATCH_NODE, json!({}));
+    kubectl_stdin(suite, &["create", "-f", "-"], &pod);
+    let stored = kubectl_json(
+        suite,
+        &[
+            "get",
+            "pod",
+            "after-the-taint",
+            "-n",
+            WATCH_NAMESPACE,
+            "-o",
+            "json",
+        ],
+    );
+    assert!(
+        tolerates(&stored),
+        "the stored pod tolerates the new taint: {}",
+        stored["spec"]
+    );
+}
+
+/// `kubectl ARGS -o json` with `object` on standard input, its standard output read as JSON
+/// (warnings go to standard error).
+fn kubectl_json_stdin(suite: &Suite, args: &[&str], object: &Value) -> Value {
+    let output = kubectl_stdin_output(suite, args, object);
+    assert_success(&format!("kubectl {}", args.join(" ")), &output);
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "kubectl {}: {e}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
 }
