@@ -257,6 +257,10 @@ const TESTS: &[Test] = &[
         reviews::a_new_taint_seen_on_the_watch_is_used_for_the_next_pod,
     ),
     (
+        "jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
+        dind_rm::jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
+    ),
+    (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",
         tls_rollover::a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired,
     ),
