@@ -257,6 +257,10 @@ const TESTS: &[Test] = &[
         reviews::a_new_taint_seen_on_the_watch_is_used_for_the_next_pod,
     ),
     (
+        "a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced",
+        reviews::a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced,
+    ),
+    (
         "jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
         dind_rm::jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
     ),

@@ -7,6 +7,9 @@
 //! The cases are created in a namespace labelled `podmend.io/ignore`, which the chart's
 //! webhook configuration leaves out, so the test's webhook sees the objects as the API server
 //! admits them, not as podmend repaired them.
+//!
+//! The other tests here are fast-tier sentences (`admission_http.rs`, `admission_lookups.rs`)
+//! proved again through the real API server and podmend as the chart installs it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -19,6 +22,7 @@ use crate::common::server::{create_review, fixture, status_update_review};
 use crate::differential::AnswersWebhook;
 use crate::install::{
     assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin, kubectl_stdin_output,
+    with_values,
 };
 use crate::node_affinity::{pinned_pod, poll, wait_until_podmend_knows};
 use crate::pinniped::create_node;
@@ -760,4 +764,73 @@ fn kubectl_json_stdin(suite: &Suite, args: &[&str], object: &Value) -> Value {
             String::from_utf8_lossy(&output.stdout)
         )
     })
+}
+
+/// With both rules' `templates: enforce` set in the chart, the Pinniped agent's Deployment is
+/// stored with its template repaired: `nodeName` turned into required node affinity on the
+/// node's name, the agent's requests zero and its limits kept, its own toleration as written.
+/// Without podmend the stored template would keep `nodeName` and requests of 20m/32Mi (and
+/// with templates at the chart's default, `warn`, it is stored so: see
+/// `a_deployment_pinned_by_node_name_is_warned_about_on_create_and_update_never_mutated_and_its_pods_are_repaired`).
+pub fn a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced(suite: &Suite) {
+    const TEMPLATES_NAMESPACE: &str = "reviews-templates";
+    const TEMPLATES_NODE: &str = "reviews-templates-node";
+    ensure_installed(suite);
+    suite
+        .block_on(suite.plane.create_namespace(TEMPLATES_NAMESPACE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    kubectl(
+        suite,
+        &[
+            "create",
+            "serviceaccount",
+            DEPLOYMENT,
+            "-n",
+            TEMPLATES_NAMESPACE,
+        ],
+    );
+    create_node(suite, TEMPLATES_NODE, "");
+    let mut deployment = deployment();
+    deployment["spec"]["template"]["spec"]["nodeName"] = json!(TEMPLATES_NODE);
+    let enforce = json!({"rules": {"nodeAffinity": {"templates": "enforce"},
+                                   "agentRequests": {"templates": "enforce"}}});
+    let stored = with_values(suite, enforce, || {
+        wait_until_podmend_knows(suite, TEMPLATES_NAMESPACE, TEMPLATES_NODE);
+        kubectl_stdin(
+            suite,
+            &["create", "-n", TEMPLATES_NAMESPACE, "-f", "-"],
+            &deployment,
+        );
+        kubectl_json(
+            suite,
+            &[
+                "get",
+                "deployment",
+                DEPLOYMENT,
+                "-n",
+                TEMPLATES_NAMESPACE,
+                "-o",
+                "json",
+            ],
+        )
+    });
+    let template = &stored["spec"]["template"];
+    assert!(template["spec"]["nodeName"].is_null(), "{template}");
+    assert_eq!(
+        template["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
+        json!({"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [TEMPLATES_NODE]}]}]}),
+        "{template}"
+    );
+    let resources = &template["spec"]["containers"][0]["resources"];
+    assert_eq!(resources["requests"], json!({"cpu": "0", "memory": "0"}));
+    assert_eq!(resources["limits"], json!({"cpu": "20m", "memory": "32Mi"}));
+    assert_eq!(
+        template["metadata"]["annotations"]["podmend.io/mutated"],
+        "node-affinity,agent-requests"
+    );
+    assert_eq!(
+        template["spec"]["tolerations"],
+        json!([{"effect": "NoExecute", "operator": "Exists"}])
+    );
 }
