@@ -261,6 +261,10 @@ const TESTS: &[Test] = &[
         reviews::a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced,
     ),
     (
+        "monitoring_daemon_sets_keep_the_node_s_socket_and_are_told_why",
+        reviews::monitoring_daemon_sets_keep_the_node_s_socket_and_are_told_why,
+    ),
+    (
         "jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
         dind_rm::jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
     ),

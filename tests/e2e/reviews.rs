@@ -834,3 +834,122 @@ pub fn a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced(suite
         json!([{"effect": "NoExecute", "operator": "Exists"}])
     );
 }
+
+/// The sysdig and New Relic agents' DaemonSets (the node's Docker socket by `hostPath`)
+/// through the API server: stored with their templates as written, and kubectl prints
+/// podmend's note that a DaemonSet's pods are node agents; a sysdig agent pod of its own is
+/// stored as written, with the note naming the node's socket. Without podmend kubectl would
+/// print no note. Each DaemonSet's template selects no node of the suite (a `nodeSelector`
+/// added here, which podmend's node-agent decision does not read), so the DaemonSet
+/// controller makes no pods on the other tests' nodes.
+pub fn monitoring_daemon_sets_keep_the_node_s_socket_and_are_told_why(suite: &Suite) {
+    const AGENTS_NAMESPACE: &str = "reviews-node-agents";
+    ensure_installed(suite);
+    suite
+        .block_on(suite.plane.create_namespace(AGENTS_NAMESPACE))
+        .unwrap_or_else(|e| panic!("{e}"));
+    for file in [
+        "kubernetes-examples-sysdig-agent-daemonset-host-docker-sock.yaml",
+        "kubernetes-examples-newrelic-agent-daemonset-host-docker-sock.yaml",
+    ] {
+        let mut daemon_set = in_namespace(fixture(file), "");
+        daemon_set["spec"]["template"]["spec"]["nodeSelector"] =
+            json!({"reviews.podmend.io/no-node": "true"});
+        let printed = kubectl_stdin(
+            suite,
+            &["create", "-n", AGENTS_NAMESPACE, "-f", "-"],
+            &daemon_set,
+        );
+        assert!(
+            printed.contains(
+                "podmend dind-rm: podmend-guard not injected: a DaemonSet's pods are node agents, not CI (nodeAgents: skip)"
+            ),
+            "{file}: {printed}"
+        );
+        let name = daemon_set["metadata"]["name"].as_str().expect("a name");
+        let stored = kubectl_json(
+            suite,
+            &[
+                "get",
+                "daemonset",
+                name,
+                "-n",
+                AGENTS_NAMESPACE,
+                "-o",
+                "json",
+            ],
+        );
+        let template = &stored["spec"]["template"];
+        assert!(
+            template["metadata"]["annotations"]["podmend.io/mutated"].is_null(),
+            "{file}: {template}"
+        );
+        assert_keeps_the_node_socket(
+            file,
+            &daemon_set["spec"]["template"]["spec"],
+            &template["spec"],
+        );
+    }
+    let mut pod = crate::common::dind::fixture_pod(
+        "kubernetes-examples-sysdig-agent-daemonset-host-docker-sock.yaml",
+        "sysdig",
+    );
+    pod["metadata"]["namespace"] = json!(AGENTS_NAMESPACE);
+    pod["spec"]["nodeSelector"] = json!({"reviews.podmend.io/no-node": "true"});
+    let printed = kubectl_stdin(suite, &["create", "-f", "-"], &pod);
+    assert!(
+        printed.contains(
+            "podmend dind-rm: left sysdig-agent alone: a node agent (the node's Docker socket at /host/var/run/docker.sock; nodeAgents: skip)"
+        ),
+        "{printed}"
+    );
+    let stored = kubectl_json(
+        suite,
+        &["get", "pod", "sysdig", "-n", AGENTS_NAMESPACE, "-o", "json"],
+    );
+    assert_keeps_the_node_socket("the sysdig pod", &pod["spec"], &stored["spec"]);
+}
+
+/// The stored pod spec `kept` has each of `sent`'s volumes at the same host path, each
+/// container's mounts as sent, and nothing of podmend's (no guard, no `podmend-*` volume).
+/// The API server's defaults (a hostPath's empty `type`) and the ServiceAccount plugin's
+/// `kube-api-access-*` volume and mounts may come on top.
+fn assert_keeps_the_node_socket(what: &str, sent: &Value, kept: &Value) {
+    let named = |list: &Value, name: &Value| -> Value {
+        list.as_array()
+            .into_iter()
+            .flatten()
+            .find(|item| item["name"] == *name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    for volume in sent["volumes"].as_array().into_iter().flatten() {
+        let stored = named(&kept["volumes"], &volume["name"]);
+        assert_eq!(
+            stored["hostPath"]["path"], volume["hostPath"]["path"],
+            "{what}: volume {}",
+            volume["name"]
+        );
+    }
+    for container in sent["containers"].as_array().into_iter().flatten() {
+        let stored = named(&kept["containers"], &container["name"]);
+        for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+            let stored_mount = named(&stored["volumeMounts"], &mount["name"]);
+            assert_eq!(
+                stored_mount["mountPath"], mount["mountPath"],
+                "{what}: {}'s mount of {}",
+                container["name"], mount["name"]
+            );
+        }
+    }
+    let podmends: Vec<&Value> = ["volumes", "containers", "initContainers"]
+        .iter()
+        .flat_map(|list| kept[*list].as_array().into_iter().flatten())
+        .filter(|item| {
+            item["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("podmend"))
+        })
+        .collect();
+    assert!(podmends.is_empty(), "{what}: podmend added {podmends:?}");
+}
