@@ -265,6 +265,14 @@ const TESTS: &[Test] = &[
         reviews::monitoring_daemon_sets_keep_the_node_s_socket_and_are_told_why,
     ),
     (
+        "the_policy_annotation_reaches_the_guard_or_turns_the_rule_off",
+        reviews::the_policy_annotation_reaches_the_guard_or_turns_the_rule_off,
+    ),
+    (
+        "a_dind_template_is_warned_about_and_stored_as_written",
+        reviews::a_dind_template_is_warned_about_and_stored_as_written,
+    ),
+    (
         "jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
         dind_rm::jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
     ),

@@ -953,3 +953,83 @@ fn assert_keeps_the_node_socket(what: &str, sent: &Value, kept: &Value) {
         .collect();
     assert!(podmends.is_empty(), "{what}: podmend added {podmends:?}");
 }
+
+/// Where the DinD tests below create their objects (podmend serves it).
+const DIND_NAMESPACE: &str = "reviews-dind";
+
+fn dind_namespace(suite: &Suite) {
+    ensure_installed(suite);
+    suite
+        .block_on(suite.plane.create_namespace(DIND_NAMESPACE))
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// The summerwind runner pod with `podmend.io/dind-policy: rm` is stored with a guard whose
+/// policy is `rm`; with `off` it is stored with no guard and kubectl prints no note of
+/// dind-rm. Without podmend the first pod would be stored with no guard at all.
+pub fn the_policy_annotation_reaches_the_guard_or_turns_the_rule_off(suite: &Suite) {
+    dind_namespace(suite);
+    for (policy, name) in [("rm", "policy-rm"), ("off", "policy-off")] {
+        let mut pod = crate::common::dind::fixture_pod(
+            "arc-legacy-summerwind-runner-pod-docker-dind-sidecar-reconstructed.yaml",
+            name,
+        );
+        pod["metadata"]["namespace"] = json!(DIND_NAMESPACE);
+        pod["metadata"]["annotations"] = json!({"podmend.io/dind-policy": policy});
+        let printed = kubectl_stdin(suite, &["create", "-f", "-"], &pod);
+        let stored = kubectl_json(
+            suite,
+            &["get", "pod", name, "-n", DIND_NAMESPACE, "-o", "json"],
+        );
+        let guards = crate::common::dind::all_containers(&stored["spec"])
+            .iter()
+            .filter(|c| c["name"] == podmend::dind::GUARD_CONTAINER)
+            .count();
+        if policy == "off" {
+            assert_eq!(guards, 0, "{policy}: {}", stored["spec"]);
+            assert!(!printed.contains("podmend dind-rm"), "{policy}: {printed}");
+        } else {
+            assert_eq!(guards, 1, "{policy}: {}", stored["spec"]);
+            let command = crate::common::dind::guard_command(&stored["spec"]);
+            assert_eq!(command.policy, podmend::dind::Policy::Rm, "{policy}");
+        }
+    }
+}
+
+/// A Deployment whose template is ARC's DinD runner is warned about (templates are `warn` by
+/// default) and stored with its template as written. Without podmend kubectl would print no
+/// such warning.
+pub fn a_dind_template_is_warned_about_and_stored_as_written(suite: &Suite) {
+    dind_namespace(suite);
+    let pod = crate::common::dind::fixture_pod(
+        "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
+        "runner",
+    );
+    // No replicas: the template's review is the subject, not the pods.
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "runner", "namespace": DIND_NAMESPACE},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "runner"}},
+            "template": {"metadata": {"labels": {"app": "runner"}}, "spec": pod["spec"]}}});
+    let printed = kubectl_stdin(suite, &["create", "-f", "-"], &deployment);
+    assert!(
+        printed.contains("podmend dind-rm would repair: injected podmend-guard"),
+        "{printed}"
+    );
+    let stored = kubectl_json(
+        suite,
+        &[
+            "get",
+            "deployment",
+            "runner",
+            "-n",
+            DIND_NAMESPACE,
+            "-o",
+            "json",
+        ],
+    );
+    assert_keeps_the_node_socket(
+        "the runner's template",
+        &pod["spec"],
+        &stored["spec"]["template"]["spec"],
+    );
+}
