@@ -8,8 +8,9 @@
 //! webhook configuration leaves out, so the test's webhook sees the objects as the API server
 //! admits them, not as podmend repaired them.
 //!
-//! The other tests here are fast-tier sentences (`admission_http.rs`, `admission_lookups.rs`)
-//! proved again through the real API server and podmend as the chart installs it.
+//! The other tests here are fast-tier sentences (of `admission_http.rs`,
+//! `admission_lookups.rs` and `dind_rule.rs`) proved again through the real API server and
+//! podmend as the chart installs it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -85,7 +86,10 @@ const NOT_MODELLED: &[(&str, &str)] = &[
     ("spec.serviceAccountName", "default: no rule reads it"),
     ("spec.dnsPolicy", "ClusterFirst: no rule reads it"),
     ("spec.enableServiceLinks", "true: no rule reads it"),
-    ("spec.restartPolicy", "Always: no rule reads it"),
+    (
+        "spec.restartPolicy",
+        "Always, which virtual-node-phase assumes when the field is absent",
+    ),
     ("spec.terminationGracePeriodSeconds", "30: no rule reads it"),
     (
         "spec.priority",
