@@ -273,6 +273,10 @@ const TESTS: &[Test] = &[
         reviews::a_dind_template_is_warned_about_and_stored_as_written,
     ),
     (
+        "with_virtual_node_phase_warn_the_status_is_stored_as_written_and_kubectl_says_what_podmend_would_repair",
+        virtual_node::with_virtual_node_phase_warn_the_status_is_stored_as_written_and_kubectl_says_what_podmend_would_repair,
+    ),
+    (
         "jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
         dind_rm::jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
     ),
