@@ -958,13 +958,12 @@ fn assert_keeps_the_node_socket(what: &str, sent: &Value, kept: &Value) {
     assert!(podmends.is_empty(), "{what}: podmend added {podmends:?}");
 }
 
-/// Where the DinD tests below create their objects (podmend serves it).
-const DIND_NAMESPACE: &str = "reviews-dind";
-
-fn dind_namespace(suite: &Suite) {
+/// Creates `namespace` (one per test: each runs alone too) for a DinD test below; podmend
+/// serves it.
+fn dind_namespace(suite: &Suite, namespace: &str) {
     ensure_installed(suite);
     suite
-        .block_on(suite.plane.create_namespace(DIND_NAMESPACE))
+        .block_on(suite.plane.create_namespace(namespace))
         .unwrap_or_else(|e| panic!("{e}"));
 }
 
@@ -972,7 +971,8 @@ fn dind_namespace(suite: &Suite) {
 /// policy is `rm`; with `off` it is stored with no guard and kubectl prints no note of
 /// dind-rm. Without podmend the first pod would be stored with no guard at all.
 pub fn the_policy_annotation_reaches_the_guard_or_turns_the_rule_off(suite: &Suite) {
-    dind_namespace(suite);
+    const DIND_NAMESPACE: &str = "reviews-dind-policy";
+    dind_namespace(suite, DIND_NAMESPACE);
     for (policy, name) in [("rm", "policy-rm"), ("off", "policy-off")] {
         let mut pod = crate::common::dind::fixture_pod(
             "arc-legacy-summerwind-runner-pod-docker-dind-sidecar-reconstructed.yaml",
@@ -1004,7 +1004,8 @@ pub fn the_policy_annotation_reaches_the_guard_or_turns_the_rule_off(suite: &Sui
 /// default) and stored with its template as written. Without podmend kubectl would print no
 /// such warning.
 pub fn a_dind_template_is_warned_about_and_stored_as_written(suite: &Suite) {
-    dind_namespace(suite);
+    const DIND_NAMESPACE: &str = "reviews-dind-template";
+    dind_namespace(suite, DIND_NAMESPACE);
     let pod = crate::common::dind::fixture_pod(
         "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
         "runner",
