@@ -273,6 +273,14 @@ const TESTS: &[Test] = &[
         reviews::a_dind_template_is_warned_about_and_stored_as_written,
     ),
     (
+        "in_warn_mode_nothing_moves_and_the_warning_says_what_would",
+        reviews::in_warn_mode_nothing_moves_and_the_warning_says_what_would,
+    ),
+    (
+        "container_mode_appends_the_guard_as_a_plain_container",
+        reviews::container_mode_appends_the_guard_as_a_plain_container,
+    ),
+    (
         "with_virtual_node_phase_warn_the_status_is_stored_as_written_and_kubectl_says_what_podmend_would_repair",
         virtual_node::with_virtual_node_phase_warn_the_status_is_stored_as_written_and_kubectl_says_what_podmend_would_repair,
     ),

@@ -1038,3 +1038,72 @@ pub fn a_dind_template_is_warned_about_and_stored_as_written(suite: &Suite) {
         &stored["spec"]["template"]["spec"],
     );
 }
+
+/// With `dindRm.mode=warn` in the chart, the Jenkins DooD pod (the node's docker.sock) is
+/// stored as written and kubectl prints what podmend would move. Without podmend kubectl
+/// prints no note; with the chart's default (`enforce`) the socket would move to the guard.
+pub fn in_warn_mode_nothing_moves_and_the_warning_says_what_would(suite: &Suite) {
+    const WARN_NAMESPACE: &str = "reviews-dind-warn";
+    dind_namespace(suite, WARN_NAMESPACE);
+    let mut pod = crate::common::dind::fixture_pod(
+        "jenkins-k8s-plugin-example-dood-pod-template.yaml",
+        "dood",
+    );
+    pod["metadata"]["namespace"] = json!(WARN_NAMESPACE);
+    let printed = with_values(
+        suite,
+        json!({"rules": {"dindRm": {"mode": "warn"}}}),
+        || kubectl_stdin(suite, &["create", "-f", "-"], &pod),
+    );
+    assert!(
+        printed.contains(
+            "podmend dind-rm would repair: moved the node's Docker socket from docker to podmend-guard, whose socket is at the same path"
+        ),
+        "{printed}"
+    );
+    let stored = kubectl_json(
+        suite,
+        &["get", "pod", "dood", "-n", WARN_NAMESPACE, "-o", "json"],
+    );
+    assert_keeps_the_node_socket("the DooD pod", &pod["spec"], &stored["spec"]);
+}
+
+/// With `dindRm.sidecarMode=container` in the chart, ARC's DinD runner is stored with the
+/// guard appended as a plain container (no `restartPolicy`) and its init containers as
+/// written. Without podmend there would be no guard; with the chart's default (`native`) the
+/// guard would be the first init container.
+pub fn container_mode_appends_the_guard_as_a_plain_container(suite: &Suite) {
+    const CONTAINER_NAMESPACE: &str = "reviews-dind-container";
+    dind_namespace(suite, CONTAINER_NAMESPACE);
+    let mut pod = crate::common::dind::fixture_pod(
+        "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
+        "arc",
+    );
+    pod["metadata"]["namespace"] = json!(CONTAINER_NAMESPACE);
+    with_values(
+        suite,
+        json!({"rules": {"dindRm": {"sidecarMode": "container"}}}),
+        || kubectl_stdin(suite, &["create", "-f", "-"], &pod),
+    );
+    let stored = kubectl_json(
+        suite,
+        &["get", "pod", "arc", "-n", CONTAINER_NAMESPACE, "-o", "json"],
+    );
+    let spec = &stored["spec"];
+    let last = spec["containers"]
+        .as_array()
+        .and_then(|c| c.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(last["name"], podmend::dind::GUARD_CONTAINER, "{spec}");
+    assert!(last.get("restartPolicy").is_none(), "{last}");
+    let names = |spec: &Value| -> Vec<Value> {
+        spec["initContainers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| c["name"].clone())
+            .collect()
+    };
+    assert_eq!(names(spec), names(&pod["spec"]), "{spec}");
+}
