@@ -366,7 +366,10 @@ fn admit(
     path: Path,
 ) -> Result<Admitted, String> {
     let uid = "0f5a7c1e-3b2d-4e8f-9a6b-1c2d3e4f5a6b";
-    let review = create_review(uid, object, pod_gen::NAMESPACE);
+    let mut review = create_review(uid, object, pod_gen::NAMESPACE);
+    // `create_review` defaults a Pod as the API server does; `podmend audit` reads the
+    // manifest as written (and `Case::input` already defaulted it on the API server's path).
+    review["request"]["object"] = object.clone();
     let body = serde_json::to_vec(&review).map_err(|e| format!("review does not encode: {e}"))?;
     let request =
         admission::decode(&body).map_err(|e| format!("podmend refused the review: {e}"))?;

@@ -11,7 +11,7 @@ mod common;
 use common::api_stub::ApiStub;
 use common::k8s_rules;
 use common::schema;
-use common::server::{Options, Server, fixture, mutate_h2 as send, review_of};
+use common::server::{Options, Server, fixture, mutate_h2 as send, status_update_review};
 use serde_json::{Value, json};
 
 const VIRTUAL_NODE: &str = "virtual-node-aci-linux";
@@ -76,18 +76,9 @@ fn stored_before(pod: &Value) -> Value {
     old
 }
 
-/// An `UPDATE pods/status` review as the API server sends it for virtual-kubelet's
-/// `UpdateStatus`: the envelope of a captured kubelet status write, with these objects.
+/// An `UPDATE pods/status` review of `pod` (stored as `old`) by the virtual node's kubelet.
 fn status_review(uid: &str, pod: &Value, old: &Value) -> Value {
-    let mut request =
-        fixture("admissionrequest-pod-status-subresource-update-by-kubelet-kyverno.json");
-    request["uid"] = json!(uid);
-    request["name"] = pod["metadata"]["name"].clone();
-    request["namespace"] = pod["metadata"]["namespace"].clone();
-    request["userInfo"] = json!({"username": format!("system:node:{VIRTUAL_NODE}"), "groups": ["system:nodes", "system:authenticated"]});
-    request["object"] = pod.clone();
-    request["oldObject"] = old.clone();
-    review_of(request)
+    status_update_review(uid, pod, old, VIRTUAL_NODE)
 }
 
 /// The API server's path after the webhooks: apply the patch, run the status strategy and

@@ -391,13 +391,22 @@ pub fn review_of(request: Value) -> Value {
     json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
 }
 
-/// A CREATE AdmissionReview for a bare object, as the API server builds it.
+/// A CREATE AdmissionReview for a bare object, as the API server builds it: the object in
+/// `namespace`, a Pod's resource lists defaulted as the API server defaults them before
+/// admission (`k8s_rules::apply_pod_defaults`), and no `name` while the object has only a
+/// `generateName`. The e2e test `the_reviews_the_fast_tier_builds_are_the_reviews_the_api_server_sends`
+/// compares it with what kube-apiserver sends, and names what it leaves out.
 pub fn create_review(uid: &str, object: &Value, namespace: &str) -> Value {
+    let mut object = object.clone();
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("namespace".into(), json!(namespace));
+    }
+    super::k8s_rules::apply_pod_defaults(&mut object);
     let kind = object["kind"].as_str().unwrap_or_default();
     let api_version = object["apiVersion"].as_str().unwrap_or("v1");
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let resource = format!("{}s", kind.to_lowercase());
-    review_of(json!({
+    let mut request = json!({
         "uid": uid,
         "kind": {"group": group, "version": version, "kind": kind},
         "resource": {"group": group, "version": version, "resource": resource},
@@ -411,7 +420,28 @@ pub fn create_review(uid: &str, object: &Value, namespace: &str) -> Value {
         "oldObject": null,
         "dryRun": false,
         "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"}
-    }))
+    });
+    if let Some(request) = request.as_object_mut()
+        && request["name"].is_null()
+    {
+        request.remove("name");
+    }
+    review_of(request)
+}
+
+/// An `UPDATE pods/status` review as the API server sends it for a kubelet's status write
+/// (virtual-kubelet's `UpdateStatus`) from `node`: the envelope of a captured kubelet status
+/// write, with these objects.
+pub fn status_update_review(uid: &str, pod: &Value, old: &Value, node: &str) -> Value {
+    let mut request =
+        fixture("admissionrequest-pod-status-subresource-update-by-kubelet-kyverno.json");
+    request["uid"] = json!(uid);
+    request["name"] = pod["metadata"]["name"].clone();
+    request["namespace"] = pod["metadata"]["namespace"].clone();
+    request["userInfo"] = json!({"username": format!("system:node:{node}"), "groups": ["system:nodes", "system:authenticated"]});
+    request["object"] = pod.clone();
+    request["oldObject"] = old.clone();
+    review_of(request)
 }
 
 /// What the API server makes of a `/mutate` answer: the decoded patch (if any), the

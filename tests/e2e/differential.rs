@@ -483,10 +483,12 @@ type Answer = fn(&str) -> Value;
 /// What the test's webhook received and sent: the request's object, its uid, the answer.
 type Exchange = (Value, String, Value);
 
-/// What the test's webhook answers, and what it last received and sent.
+/// What the test's webhook answers, what it last received and sent, and every review it
+/// received.
 struct Hook {
     answer: Answer,
     seen: Option<Exchange>,
+    reviews: Vec<Value>,
 }
 
 type SharedHook = Arc<Mutex<Hook>>;
@@ -503,6 +505,7 @@ async fn answer(
         .to_string();
     let answer = (hook.answer)(&uid);
     hook.seen = Some((review["request"]["object"].clone(), uid, answer.clone()));
+    hook.reviews.push(review);
     (
         [(header::CONTENT_TYPE, "application/json")],
         answer.to_string(),
@@ -603,19 +606,35 @@ fn emulated_answer(object: &Value, uid: &str, answer: &Value) -> Result<Value, S
     }
 }
 
-/// The test's webhook on loopback and a configuration (`failurePolicy: Fail`) sending it the
-/// pods of [`ANSWERS_NS`]; both gone when dropped, also when the test fails.
-struct AnswersWebhook<'a> {
+/// The test's webhook on loopback and a configuration (`failurePolicy: Fail`) sending it
+/// what its rules match in one namespace; both gone when dropped, also when the test fails.
+pub(crate) struct AnswersWebhook<'a> {
     suite: &'a Suite,
     hook: SharedHook,
     server: tokio::task::JoinHandle<()>,
+    configuration: String,
 }
 
 impl<'a> AnswersWebhook<'a> {
+    /// The webhook for the pods created in [`ANSWERS_NS`].
     fn start(suite: &'a Suite) -> Self {
+        let rules = json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                            "resources": ["pods"], "scope": "Namespaced"}]);
+        Self::start_for(suite, ANSWERS_CONFIGURATION, ANSWERS_NS, rules)
+    }
+
+    /// The webhook, allowing everything without a patch, for what `rules` match in
+    /// `namespace`, registered as the MutatingWebhookConfiguration `configuration`.
+    pub(crate) fn start_for(
+        suite: &'a Suite,
+        configuration: &str,
+        namespace: &str,
+        rules: Value,
+    ) -> Self {
         let hook: SharedHook = Arc::new(Mutex::new(Hook {
             answer: ANSWERS[0].1,
             seen: None,
+            reviews: Vec::new(),
         }));
         let (ca, config) = api_stub::tls_material();
         let listener = suite
@@ -633,17 +652,17 @@ impl<'a> AnswersWebhook<'a> {
             suite,
             hook,
             server,
+            configuration: configuration.to_string(),
         };
         let configuration = json!({"apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration", "metadata": {"name": ANSWERS_CONFIGURATION},
+            "kind": "MutatingWebhookConfiguration", "metadata": {"name": configuration},
             "webhooks": [{"name": ANSWERS_WEBHOOK, "admissionReviewVersions": ["v1"],
                 "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
                 "reinvocationPolicy": "Never",
                 "clientConfig": {"url": format!("https://localhost:{port}/mutate"), "caBundle": b64(&ca)},
                 "namespaceSelector": {"matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [ANSWERS_NS]}]},
-                "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                           "resources": ["pods"], "scope": "Namespaced"}]}]});
+                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}]},
+                "rules": rules}]});
         kubectl_stdin(suite, &["create", "-f", "-"], &configuration);
         webhook
     }
@@ -677,6 +696,11 @@ impl<'a> AnswersWebhook<'a> {
         };
         (verdict, crate::lock(&self.hook).seen.take())
     }
+
+    /// The reviews the webhook received since the last call, oldest first.
+    pub(crate) fn take_reviews(&self) -> Vec<Value> {
+        std::mem::take(&mut crate::lock(&self.hook).reviews)
+    }
 }
 
 impl Drop for AnswersWebhook<'_> {
@@ -689,7 +713,7 @@ impl Drop for AnswersWebhook<'_> {
             .args([
                 "delete",
                 "mutatingwebhookconfiguration",
-                ANSWERS_CONFIGURATION,
+                &self.configuration,
                 "--ignore-not-found",
             ])
             .output();

@@ -165,6 +165,68 @@ const CI_PODS: &[CiPod] = &[
     },
 ];
 
+/// The argv Argo's emissary wraps around the daemon's command.
+const ARGO_EMISSARY: [&str; 9] = [
+    "/var/run/argo/argoexec",
+    "emissary",
+    "--loglevel",
+    "info",
+    "--log-format",
+    "text",
+    "--gloglevel",
+    "0",
+    "--",
+];
+
+const MORE_CI_PODS: &[CiPod] = &[
+    // The Jenkins Kubernetes plugin's DinD example and an agent pod with a docker-daemon.
+    CiPod {
+        fixture: "jenkins-k8s-plugin-example-dind-pod-template.yaml",
+        daemon: "docker-daemon",
+        listen: &["unix:///var/run/docker.sock"],
+        daemon_argv: &["dockerd", PRIVATE],
+    },
+    CiPod {
+        fixture: "jenkins-k8s-plugin-agent-pod-dind-reconstructed.yaml",
+        daemon: "docker-daemon",
+        listen: &["unix:///var/run/docker.sock"],
+        daemon_argv: &["dockerd", PRIVATE],
+    },
+    // Argo Workflows' DinD sidecar, its command wrapped by the emissary; its own socket stays.
+    CiPod {
+        fixture: "argo-workflows-sidecar-dind-pod-reconstructed.yaml",
+        daemon: "dind",
+        listen: &["tcp://0.0.0.0:2375", "unix:///podmend/run/docker.sock"],
+        daemon_argv: &[
+            ARGO_EMISSARY[0],
+            ARGO_EMISSARY[1],
+            ARGO_EMISSARY[2],
+            ARGO_EMISSARY[3],
+            ARGO_EMISSARY[4],
+            ARGO_EMISSARY[5],
+            ARGO_EMISSARY[6],
+            ARGO_EMISSARY[7],
+            ARGO_EMISSARY[8],
+            "dockerd-entrypoint.sh",
+            "dockerd",
+            PRIVATE,
+        ],
+    },
+    // Tekton's DinD sidecar with TLS, its daemon found by what it runs (a digest-pinned image).
+    CiPod {
+        fixture: "tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml",
+        daemon: "sidecar-server",
+        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
+        daemon_argv: &[
+            "dockerd",
+            PRIVATE,
+            "--storage-driver=vfs",
+            "--userland-proxy=false",
+            "--debug",
+        ],
+    },
+];
+
 /// Each real CI pod created through the API server is stored (so the API server's own
 /// validation accepted the repaired pod: the create handler runs the mutating admission before
 /// the registry's `Store.Create`, whose `rest.BeforeCreate` runs the pod strategy's `Validate`;
@@ -175,12 +237,25 @@ const CI_PODS: &[CiPod] = &[
 /// every client's `DOCKER_HOST` as it was. Without podmend the stored pod has no guard and the
 /// daemon listens on the clients' address itself.
 pub fn gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place(suite: &Suite) {
+    assert_stored_with_the_guard(suite, "dind-ci-pods", CI_PODS);
+}
+
+/// Jenkins', Argo Workflows' and Tekton's DinD pods (the rest of the fast tier's
+/// `dind_rule.rs` cases), through the API server as [`CI_PODS`] are: stored, so valid to
+/// the API server, with the guard where the daemon listened.
+pub fn jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place(
+    suite: &Suite,
+) {
+    assert_stored_with_the_guard(suite, "dind-more-ci-pods", MORE_CI_PODS);
+}
+
+/// Creates each of `cases` in `namespace` through the API server and checks the stored pod.
+fn assert_stored_with_the_guard(suite: &Suite, namespace: &str, cases: &[CiPod]) {
     ensure_installed(suite);
-    let namespace = "dind-ci-pods";
     suite
         .block_on(suite.plane.create_namespace(namespace))
         .unwrap_or_else(|e| panic!("{e}"));
-    for (i, case) in CI_PODS.iter().enumerate() {
+    for (i, case) in cases.iter().enumerate() {
         let context = case.fixture;
         let name = format!("ci-{i}");
         let mut pod = fixture_pod(case.fixture, &name);

@@ -27,6 +27,7 @@ mod pinniped;
 mod placement;
 mod real_node;
 mod reinvocation;
+mod reviews;
 mod teardown;
 mod templates;
 mod tls_rollover;
@@ -240,6 +241,54 @@ const TESTS: &[Test] = &[
     (
         "the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does",
         differential::the_emulated_api_server_takes_or_refuses_each_webhook_answer_as_the_real_one_does,
+    ),
+    (
+        "the_reviews_the_fast_tier_builds_are_the_reviews_the_api_server_sends",
+        reviews::the_reviews_the_fast_tier_builds_are_the_reviews_the_api_server_sends,
+    ),
+    (
+        "a_pod_its_controller_creates_is_logged_by_its_generate_name",
+        reviews::a_pod_its_controller_creates_is_logged_by_its_generate_name,
+    ),
+    (
+        "a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations",
+        reviews::a_virtual_kubelet_pod_keeps_its_node_selector_and_tolerations,
+    ),
+    (
+        "a_new_taint_seen_on_the_watch_is_used_for_the_next_pod",
+        reviews::a_new_taint_seen_on_the_watch_is_used_for_the_next_pod,
+    ),
+    (
+        "a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced",
+        reviews::a_pinniped_agent_deployment_is_repaired_when_templates_are_enforced,
+    ),
+    (
+        "monitoring_daemon_sets_keep_the_node_s_socket_and_are_told_why",
+        reviews::monitoring_daemon_sets_keep_the_node_s_socket_and_are_told_why,
+    ),
+    (
+        "the_policy_annotation_reaches_the_guard_or_turns_the_rule_off",
+        reviews::the_policy_annotation_reaches_the_guard_or_turns_the_rule_off,
+    ),
+    (
+        "a_dind_template_is_warned_about_and_stored_as_written",
+        reviews::a_dind_template_is_warned_about_and_stored_as_written,
+    ),
+    (
+        "in_warn_mode_nothing_moves_and_the_warning_says_what_would",
+        reviews::in_warn_mode_nothing_moves_and_the_warning_says_what_would,
+    ),
+    (
+        "container_mode_appends_the_guard_as_a_plain_container",
+        reviews::container_mode_appends_the_guard_as_a_plain_container,
+    ),
+    (
+        "with_virtual_node_phase_warn_the_status_is_stored_as_written_and_kubectl_says_what_podmend_would_repair",
+        virtual_node::with_virtual_node_phase_warn_the_status_is_stored_as_written_and_kubectl_says_what_podmend_would_repair,
+    ),
+    (
+        "jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place",
+        dind_rm::jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place,
     ),
     (
         "a_ca_rollover_under_a_stream_of_pod_creates_never_serves_an_untrusted_certificate_and_every_pod_is_repaired",

@@ -38,7 +38,7 @@ pub fn namespace_and_node(suite: &Suite, name: &str, taints: &str) {
 }
 
 /// A pod `name` in `namespace` pinned to `node`, with `extra` merged into its spec.
-fn pinned_pod(namespace: &str, name: &str, node: &str, extra: Value) -> Value {
+pub(crate) fn pinned_pod(namespace: &str, name: &str, node: &str, extra: Value) -> Value {
     let mut spec = json!({"nodeName": node, "terminationGracePeriodSeconds": 0,
                           "containers": [{"name": "c", "image": "busybox"}]});
     for (key, value) in extra.as_object().into_iter().flatten() {

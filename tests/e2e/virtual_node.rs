@@ -120,7 +120,7 @@ fn write_status_as_node(suite: &Suite, name: &str, node: &str, status: &Value) -
 
 /// `kubectl ARGS` with `object` on its standard input as the kubelet of `node`: the admin
 /// impersonates `system:node:NODE` in group `system:nodes`.
-fn kubectl_as_node(suite: &Suite, node: &str, args: &[&str], object: &Value) -> Output {
+pub(crate) fn kubectl_as_node(suite: &Suite, node: &str, args: &[&str], object: &Value) -> Output {
     let user = format!("system:node:{node}");
     let mut all = vec!["--as", user.as_str(), "--as-group", "system:nodes"];
     all.extend_from_slice(args);
@@ -245,4 +245,68 @@ pub fn a_virtual_kubelets_pending_status_with_every_container_running_is_stored_
             ["CREATE allowed", "UPDATE allowed"]
         );
     });
+}
+
+/// With `virtualNodePhase.mode=warn` in the chart, the virtual kubelet's write (phase
+/// `Pending`, every container running) is stored as written and kubectl prints podmend's
+/// note of what it would repair. Without podmend kubectl prints no note; with `enforce` the
+/// stored phase is `Running` (the test above).
+pub fn with_virtual_node_phase_warn_the_status_is_stored_as_written_and_kubectl_says_what_podmend_would_repair(
+    suite: &Suite,
+) {
+    crate::install::ensure_installed(suite);
+    let exists = |args: &[&str]| {
+        suite
+            .plane
+            .kubectl()
+            .args(args)
+            .output()
+            .is_ok_and(|output| output.status.success())
+    };
+    suite
+        .block_on(async {
+            suite.plane.ensure_scheduler().await?;
+            if exists(&["get", "namespace", TEST_NAMESPACE]) {
+                Ok(())
+            } else {
+                suite.plane.create_namespace(TEST_NAMESPACE).await
+            }
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+    if !exists(&["get", "node", VIRTUAL_NODE]) {
+        create_node(suite, VIRTUAL_NODE, true);
+    }
+    let name = "warned-on-virtual-node";
+    let status = bound_pod(suite, name, VIRTUAL_NODE);
+    with_values(
+        suite,
+        json!({"rules": {"virtualNodePhase": {"mode": "warn"}}}),
+        || {
+            // Written until the API server calls the status webhook the upgrade registered.
+            poll(Duration::from_secs(30), || {
+                let mut pod = kubectl_json(
+                    suite,
+                    &["get", "pod", name, "-n", TEST_NAMESPACE, "-o", "json"],
+                );
+                pod["status"] = status.clone();
+                let output = kubectl_as_node(suite, VIRTUAL_NODE, &REPLACE_STATUS, &pod);
+                assert_success("kubectl replace --subresource=status as the node", &output);
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                if stderr.contains("podmend virtual-node-phase would repair: ") {
+                    Ok(())
+                } else {
+                    Err(format!("kubectl printed no note of podmend: {stderr}"))
+                }
+            });
+            let stored = kubectl_json(
+                suite,
+                &["get", "pod", name, "-n", TEST_NAMESPACE, "-o", "json"],
+            );
+            assert_eq!(
+                stored["status"]["phase"], "Pending",
+                "warn stores the status as written: {:#}",
+                stored["status"]
+            );
+        },
+    );
 }
