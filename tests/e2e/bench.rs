@@ -141,6 +141,7 @@ fn own_webhook<'a>(suite: &'a Suite, namespace: &str, patch: bool) -> OwnWebhook
         namespace,
         failure_policy: "Fail",
         path: "/mutate",
+        rules: None,
     };
     OwnWebhook::start(
         suite,

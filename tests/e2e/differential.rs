@@ -23,12 +23,12 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::Suite;
-use crate::common::api_stub;
 use crate::common::k8s_rules::{self, Quantity};
 use crate::install::{
     assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin, kubectl_stdin_output,
 };
 use crate::node_affinity::wait_until_podmend_knows;
+use crate::own_webhook::{OwnWebhook, Registration};
 use crate::pinniped::create_node;
 
 /// podmend repairs pods here (dry runs only: nothing is stored).
@@ -611,8 +611,7 @@ fn emulated_answer(object: &Value, uid: &str, answer: &Value) -> Result<Value, S
 pub(crate) struct AnswersWebhook<'a> {
     suite: &'a Suite,
     hook: SharedHook,
-    server: tokio::task::JoinHandle<()>,
-    configuration: String,
+    _webhook: OwnWebhook<'a>,
 }
 
 impl<'a> AnswersWebhook<'a> {
@@ -636,35 +635,22 @@ impl<'a> AnswersWebhook<'a> {
             seen: None,
             reviews: Vec::new(),
         }));
-        let (ca, config) = api_stub::tls_material();
-        let listener = suite
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .expect("bind 127.0.0.1:0");
-        let port = listener.local_addr().expect("local addr").port();
         let app = Router::new()
             .route("/mutate", post(answer))
             .with_state(hook.clone());
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let server = suite
-            .runtime
-            .spawn(api_stub::serve(listener, acceptor, app));
-        let webhook = AnswersWebhook {
+        let registration = Registration {
+            configuration,
+            webhook: ANSWERS_WEBHOOK,
+            namespace,
+            failure_policy: "Fail",
+            path: "/mutate",
+            rules: Some(rules),
+        };
+        AnswersWebhook {
             suite,
             hook,
-            server,
-            configuration: configuration.to_string(),
-        };
-        let configuration = json!({"apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration", "metadata": {"name": configuration},
-            "webhooks": [{"name": ANSWERS_WEBHOOK, "admissionReviewVersions": ["v1"],
-                "sideEffects": "None", "failurePolicy": "Fail", "timeoutSeconds": 5,
-                "reinvocationPolicy": "Never",
-                "clientConfig": {"url": format!("https://localhost:{port}/mutate"), "caBundle": b64(&ca)},
-                "namespaceSelector": {"matchExpressions": [
-                    {"key": "kubernetes.io/metadata.name", "operator": "In", "values": [namespace]}]},
-                "rules": rules}]});
-        kubectl_stdin(suite, &["create", "-f", "-"], &configuration);
-        webhook
+            _webhook: OwnWebhook::start(suite, &registration, app),
+        }
     }
 
     /// Creates `pod` (a dry run) while the webhook gives `answer`: the API server's verdict,
@@ -700,23 +686,6 @@ impl<'a> AnswersWebhook<'a> {
     /// The reviews the webhook received since the last call, oldest first.
     pub(crate) fn take_reviews(&self) -> Vec<Value> {
         std::mem::take(&mut crate::lock(&self.hook).reviews)
-    }
-}
-
-impl Drop for AnswersWebhook<'_> {
-    fn drop(&mut self) {
-        self.server.abort();
-        let _ = self
-            .suite
-            .plane
-            .kubectl()
-            .args([
-                "delete",
-                "mutatingwebhookconfiguration",
-                &self.configuration,
-                "--ignore-not-found",
-            ])
-            .output();
     }
 }
 

@@ -1,7 +1,8 @@
 //! A mutating webhook of the test's own beside podmend: an HTTPS server in the test process
 //! (axum over rustls, with a CA of its own, `common::api_stub::serve`) and the
-//! MutatingWebhookConfiguration that has the real API server call it for Pod CREATEs in one
-//! namespace. Both go when it is dropped, also when the test panics.
+//! MutatingWebhookConfiguration that has the real API server call it for what its rules match
+//! in one namespace (Pod CREATEs unless told otherwise). Both go when it is dropped, also when
+//! the test panics.
 
 use std::sync::Arc;
 
@@ -20,8 +21,10 @@ pub struct Registration<'a> {
     pub configuration: &'a str,
     /// The webhook's name in it (the API server's metrics and messages use it).
     pub webhook: &'a str,
-    /// The only namespace whose Pod CREATEs it is sent.
+    /// The only namespace whose objects it is sent.
     pub namespace: &'a str,
+    /// The configuration's `rules`; `None`: Pods on CREATE.
+    pub rules: Option<Value>,
     /// `Fail` or `Ignore`.
     pub failure_policy: &'a str,
     /// The path `app` answers on, e.g. `/mutate`.
@@ -85,8 +88,8 @@ impl Drop for OwnWebhook<'_> {
     }
 }
 
-/// The MutatingWebhookConfiguration: Pods on CREATE in the one namespace, called once
-/// (`reinvocationPolicy: Never`), within 5 seconds.
+/// The MutatingWebhookConfiguration: its rules (Pods on CREATE unless given) in the one
+/// namespace, called once (`reinvocationPolicy: Never`), within 5 seconds.
 fn configuration(registration: &Registration<'_>, port: u16, ca: &str) -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
@@ -103,8 +106,10 @@ fn configuration(registration: &Registration<'_>, port: u16, ca: &str) -> Value 
                 "url": format!("https://localhost:{port}{}", registration.path),
                 "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
             },
-            "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                       "resources": ["pods"], "scope": "Namespaced"}],
+            "rules": registration.rules.clone().unwrap_or_else(|| json!([{
+                "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                "resources": ["pods"], "scope": "Namespaced"
+            }])),
             "namespaceSelector": {"matchExpressions": [{
                 "key": "kubernetes.io/metadata.name", "operator": "In",
                 "values": [registration.namespace]

@@ -112,6 +112,7 @@ impl<'a> Injector<'a> {
             namespace,
             failure_policy: "Fail",
             path: "/inject",
+            rules: None,
         };
         let injector = Injector {
             calls,
