@@ -7,16 +7,14 @@
 mod common;
 
 use common::dind::{
-    all_containers, api_errors, argv, container, env_value, fixture_pod, guard, guard_command,
-    mount, mounts,
+    ARGO_EMISSARY, CI_PODS, PRIVATE, all_containers, api_errors, argv, container, env_value,
+    fixture_pod, guard, guard_command, mount, mounts,
 };
 use common::k8s_rules;
 use common::schema::validate_with_schema;
 use common::server::{Options, Server, create_review, fixture, mutate_h2};
 use podmend::dind::{Address, GUARD_CONTAINER, Policy};
 use serde_json::{Value, json};
-
-const PRIVATE: &str = "--host=unix:///podmend/daemon/docker.sock";
 
 /// What the API server makes of one CREATE through podmend.
 struct Admitted {
@@ -90,146 +88,11 @@ fn dind_warnings(admitted: &Admitted) -> Vec<&str> {
         .collect()
 }
 
-struct Case {
-    fixture: &'static str,
-    daemon: &'static str,
-    listen: &'static [&'static str],
-    /// The guard's mounts, in order.
-    guard_mounts: &'static [(&'static str, &'static str)],
-    /// The daemon's command and args after the rewrite, as one argv.
-    daemon_argv: &'static [&'static str],
-    tls_certdir: Option<&'static str>,
-}
-
-const ARGO_EMISSARY: [&str; 9] = [
-    "/var/run/argo/argoexec",
-    "emissary",
-    "--loglevel",
-    "info",
-    "--log-format",
-    "text",
-    "--gloglevel",
-    "0",
-    "--",
-];
-
-const CASES: &[Case] = &[
-    Case {
-        fixture: "jenkins-k8s-plugin-example-dind-pod-template.yaml",
-        daemon: "docker-daemon",
-        listen: &["unix:///var/run/docker.sock"],
-        guard_mounts: &[
-            ("podmend-daemon", "/podmend/daemon"),
-            ("docker-socket", "/var/run"),
-        ],
-        daemon_argv: &["dockerd", PRIVATE],
-        tls_certdir: None,
-    },
-    Case {
-        fixture: "jenkins-k8s-plugin-agent-pod-dind-reconstructed.yaml",
-        daemon: "docker-daemon",
-        listen: &["unix:///var/run/docker.sock"],
-        guard_mounts: &[
-            ("podmend-daemon", "/podmend/daemon"),
-            ("docker-socket", "/var/run"),
-        ],
-        daemon_argv: &["dockerd", PRIVATE],
-        tls_certdir: None,
-    },
-    Case {
-        fixture: "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
-        daemon: "dind",
-        listen: &["unix:///var/run/docker.sock"],
-        guard_mounts: &[
-            ("podmend-daemon", "/podmend/daemon"),
-            ("dind-sock", "/var/run"),
-        ],
-        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
-        tls_certdir: None,
-    },
-    Case {
-        fixture: "arc-gha-runner-scale-set-values-0041559-dind-native-sidecar-template.yaml",
-        daemon: "dind",
-        listen: &["unix:///var/run/docker.sock"],
-        guard_mounts: &[
-            ("podmend-daemon", "/podmend/daemon"),
-            ("dind-sock", "/var/run"),
-        ],
-        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
-        tls_certdir: None,
-    },
-    Case {
-        fixture: "arc-legacy-summerwind-runner-pod-docker-dind-sidecar-reconstructed.yaml",
-        daemon: "docker",
-        listen: &["unix:///run/docker.sock"],
-        guard_mounts: &[("var-run", "/run"), ("podmend-daemon", "/podmend/daemon")],
-        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
-        tls_certdir: None,
-    },
-    Case {
-        fixture: "argo-workflows-sidecar-dind-pod-reconstructed.yaml",
-        daemon: "dind",
-        // The daemon's own socket stays, in podmend's emptyDir over its /var/run.
-        listen: &["tcp://0.0.0.0:2375", "unix:///podmend/run/docker.sock"],
-        guard_mounts: &[
-            ("podmend-daemon", "/podmend/daemon"),
-            ("podmend-run", "/podmend/run"),
-        ],
-        daemon_argv: &[
-            ARGO_EMISSARY[0],
-            ARGO_EMISSARY[1],
-            ARGO_EMISSARY[2],
-            ARGO_EMISSARY[3],
-            ARGO_EMISSARY[4],
-            ARGO_EMISSARY[5],
-            ARGO_EMISSARY[6],
-            ARGO_EMISSARY[7],
-            ARGO_EMISSARY[8],
-            "dockerd-entrypoint.sh",
-            "dockerd",
-            PRIVATE,
-        ],
-        tls_certdir: None,
-    },
-    Case {
-        fixture: "gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml",
-        daemon: "svc-0",
-        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
-        guard_mounts: &[
-            ("podmend-certs", "/certs"),
-            ("podmend-daemon", "/podmend/daemon"),
-            ("docker-certs", "/certs/client"),
-            ("podmend-run", "/podmend/run"),
-        ],
-        daemon_argv: &["dockerd", PRIVATE],
-        tls_certdir: Some("/certs"),
-    },
-    Case {
-        fixture: "tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml",
-        daemon: "sidecar-server",
-        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
-        guard_mounts: &[
-            ("podmend-certs", "/certs"),
-            ("podmend-daemon", "/podmend/daemon"),
-            ("dind-certs", "/certs/client"),
-            ("podmend-run", "/podmend/run"),
-        ],
-        daemon_argv: &[
-            "dockerd",
-            PRIVATE,
-            "--storage-driver=vfs",
-            "--userland-proxy=false",
-            "--debug",
-        ],
-        tls_certdir: Some("/certs"),
-    },
-];
-
 #[tokio::test]
 async fn every_dind_ci_pod_gets_the_guard_where_its_daemon_stood_and_its_clients_as_they_were() {
     let server = Server::start(Options::default());
     let mut repaired = Vec::new();
-    for (i, case) in CASES.iter().enumerate() {
+    for (i, case) in CI_PODS.iter().enumerate() {
         let context = case.fixture;
         let pod = fixture_pod(case.fixture, &format!("dind-{i}"));
         let admitted = admit(&server, &pod).await;

@@ -239,3 +239,147 @@ pub fn api_errors(spec: &Value) -> Vec<String> {
 pub fn under(root: &std::path::Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
+
+/// The daemon's only address after the repair: the socket only the guard dials.
+pub const PRIVATE: &str = "--host=unix:///podmend/daemon/docker.sock";
+
+/// A real CI pod the dind-rm rule repairs: its fixture, the daemon's container, where the
+/// daemon listened (the guard listens there after the repair), the guard's mounts in order,
+/// the daemon's argv after the repair, and the TLS certificates' directory the guard serves
+/// from.
+pub struct CiPod {
+    pub fixture: &'static str,
+    pub daemon: &'static str,
+    pub listen: &'static [&'static str],
+    /// The guard's mounts, in order.
+    pub guard_mounts: &'static [(&'static str, &'static str)],
+    /// The daemon's command and args after the rewrite, as one argv.
+    pub daemon_argv: &'static [&'static str],
+    pub tls_certdir: Option<&'static str>,
+}
+
+/// The argv Argo's emissary wraps around the daemon's command.
+pub const ARGO_EMISSARY: [&str; 9] = [
+    "/var/run/argo/argoexec",
+    "emissary",
+    "--loglevel",
+    "info",
+    "--log-format",
+    "text",
+    "--gloglevel",
+    "0",
+    "--",
+];
+
+/// The CI systems' DinD pods, from `tests/fixtures`.
+pub const CI_PODS: &[CiPod] = &[
+    CiPod {
+        fixture: "jenkins-k8s-plugin-example-dind-pod-template.yaml",
+        daemon: "docker-daemon",
+        listen: &["unix:///var/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("docker-socket", "/var/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE],
+        tls_certdir: None,
+    },
+    CiPod {
+        fixture: "jenkins-k8s-plugin-agent-pod-dind-reconstructed.yaml",
+        daemon: "docker-daemon",
+        listen: &["unix:///var/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("docker-socket", "/var/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE],
+        tls_certdir: None,
+    },
+    CiPod {
+        fixture: "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
+        daemon: "dind",
+        listen: &["unix:///var/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("dind-sock", "/var/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+        tls_certdir: None,
+    },
+    CiPod {
+        fixture: "arc-gha-runner-scale-set-values-0041559-dind-native-sidecar-template.yaml",
+        daemon: "dind",
+        listen: &["unix:///var/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("dind-sock", "/var/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+        tls_certdir: None,
+    },
+    CiPod {
+        fixture: "arc-legacy-summerwind-runner-pod-docker-dind-sidecar-reconstructed.yaml",
+        daemon: "docker",
+        listen: &["unix:///run/docker.sock"],
+        guard_mounts: &[("var-run", "/run"), ("podmend-daemon", "/podmend/daemon")],
+        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
+        tls_certdir: None,
+    },
+    CiPod {
+        fixture: "argo-workflows-sidecar-dind-pod-reconstructed.yaml",
+        daemon: "dind",
+        // The daemon's own socket stays, in podmend's emptyDir over its /var/run.
+        listen: &["tcp://0.0.0.0:2375", "unix:///podmend/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-daemon", "/podmend/daemon"),
+            ("podmend-run", "/podmend/run"),
+        ],
+        daemon_argv: &[
+            ARGO_EMISSARY[0],
+            ARGO_EMISSARY[1],
+            ARGO_EMISSARY[2],
+            ARGO_EMISSARY[3],
+            ARGO_EMISSARY[4],
+            ARGO_EMISSARY[5],
+            ARGO_EMISSARY[6],
+            ARGO_EMISSARY[7],
+            ARGO_EMISSARY[8],
+            "dockerd-entrypoint.sh",
+            "dockerd",
+            PRIVATE,
+        ],
+        tls_certdir: None,
+    },
+    CiPod {
+        fixture: "gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml",
+        daemon: "svc-0",
+        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-certs", "/certs"),
+            ("podmend-daemon", "/podmend/daemon"),
+            ("docker-certs", "/certs/client"),
+            ("podmend-run", "/podmend/run"),
+        ],
+        daemon_argv: &["dockerd", PRIVATE],
+        tls_certdir: Some("/certs"),
+    },
+    CiPod {
+        fixture: "tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml",
+        daemon: "sidecar-server",
+        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
+        guard_mounts: &[
+            ("podmend-certs", "/certs"),
+            ("podmend-daemon", "/podmend/daemon"),
+            ("dind-certs", "/certs/client"),
+            ("podmend-run", "/podmend/run"),
+        ],
+        daemon_argv: &[
+            "dockerd",
+            PRIVATE,
+            "--storage-driver=vfs",
+            "--userland-proxy=false",
+            "--debug",
+        ],
+        tls_certdir: Some("/certs"),
+    },
+];

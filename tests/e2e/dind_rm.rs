@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::Suite;
 use crate::common::dind::{
-    all_containers, argv, container, env_value, fixture_pod, guard, guard_command,
+    CI_PODS, CiPod, all_containers, argv, container, env_value, fixture_pod, guard, guard_command,
 };
 use crate::install::{
     ensure_installed, kubectl_json, kubectl_stdin, kubectl_stdin_output, with_config,
@@ -122,110 +122,16 @@ pub fn a_dind_pod_in_a_namespace_whose_quota_covers_cpu_limits_is_admitted_with_
     assert_eq!(guard["resources"]["limits"]["cpu"], "1", "{guard:#}");
 }
 
-/// A real CI pod: its fixture, the daemon's container, where the daemon listened (the guard
-/// listens there after the repair) and the daemon's argv after it.
-struct CiPod {
-    fixture: &'static str,
-    daemon: &'static str,
-    listen: &'static [&'static str],
-    daemon_argv: &'static [&'static str],
+/// GitLab's and ARC's pods among the fast tier's [`CI_PODS`], or the others (Jenkins, Argo
+/// Workflows, Tekton).
+fn ci_pods(gitlab_and_arc: bool) -> Vec<&'static CiPod> {
+    CI_PODS
+        .iter()
+        .filter(|pod| {
+            (pod.fixture.starts_with("gitlab") || pod.fixture.starts_with("arc")) == gitlab_and_arc
+        })
+        .collect()
 }
-
-/// The daemon's only address after the repair: the socket only the guard dials.
-const PRIVATE: &str = "--host=unix:///podmend/daemon/docker.sock";
-
-const CI_PODS: &[CiPod] = &[
-    // GitLab's documented DinD-with-TLS service: the job dials tcp://docker:2376.
-    CiPod {
-        fixture: "gitlab-runner-k8s-executor-dind-tls-service-pod-reconstructed.yaml",
-        daemon: "svc-0",
-        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
-        daemon_argv: &["dockerd", PRIVATE],
-    },
-    // ARC's gha-runner-scale-set in dind mode: the runner dials /var/run/docker.sock.
-    CiPod {
-        fixture: "arc-gha-runner-scale-set-0.9.3-dind-mode-template.yaml",
-        daemon: "dind",
-        listen: &["unix:///var/run/docker.sock"],
-        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
-    },
-    // The same with the daemon as a native sidecar (an init container, restartPolicy Always).
-    CiPod {
-        fixture: "arc-gha-runner-scale-set-values-0041559-dind-native-sidecar-template.yaml",
-        daemon: "dind",
-        listen: &["unix:///var/run/docker.sock"],
-        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
-    },
-    // The legacy summerwind runner with its docker sidecar on /run/docker.sock.
-    CiPod {
-        fixture: "arc-legacy-summerwind-runner-pod-docker-dind-sidecar-reconstructed.yaml",
-        daemon: "docker",
-        listen: &["unix:///run/docker.sock"],
-        daemon_argv: &["dockerd", PRIVATE, "--group=$(DOCKER_GROUP_GID)"],
-    },
-];
-
-/// The argv Argo's emissary wraps around the daemon's command.
-const ARGO_EMISSARY: [&str; 9] = [
-    "/var/run/argo/argoexec",
-    "emissary",
-    "--loglevel",
-    "info",
-    "--log-format",
-    "text",
-    "--gloglevel",
-    "0",
-    "--",
-];
-
-const MORE_CI_PODS: &[CiPod] = &[
-    // The Jenkins Kubernetes plugin's DinD example and an agent pod with a docker-daemon.
-    CiPod {
-        fixture: "jenkins-k8s-plugin-example-dind-pod-template.yaml",
-        daemon: "docker-daemon",
-        listen: &["unix:///var/run/docker.sock"],
-        daemon_argv: &["dockerd", PRIVATE],
-    },
-    CiPod {
-        fixture: "jenkins-k8s-plugin-agent-pod-dind-reconstructed.yaml",
-        daemon: "docker-daemon",
-        listen: &["unix:///var/run/docker.sock"],
-        daemon_argv: &["dockerd", PRIVATE],
-    },
-    // Argo Workflows' DinD sidecar, its command wrapped by the emissary; its own socket stays.
-    CiPod {
-        fixture: "argo-workflows-sidecar-dind-pod-reconstructed.yaml",
-        daemon: "dind",
-        listen: &["tcp://0.0.0.0:2375", "unix:///podmend/run/docker.sock"],
-        daemon_argv: &[
-            ARGO_EMISSARY[0],
-            ARGO_EMISSARY[1],
-            ARGO_EMISSARY[2],
-            ARGO_EMISSARY[3],
-            ARGO_EMISSARY[4],
-            ARGO_EMISSARY[5],
-            ARGO_EMISSARY[6],
-            ARGO_EMISSARY[7],
-            ARGO_EMISSARY[8],
-            "dockerd-entrypoint.sh",
-            "dockerd",
-            PRIVATE,
-        ],
-    },
-    // Tekton's DinD sidecar with TLS, its daemon found by what it runs (a digest-pinned image).
-    CiPod {
-        fixture: "tekton-dind-sidecar-taskrun-digest-pinned-pod-reconstructed.yaml",
-        daemon: "sidecar-server",
-        listen: &["tcp://0.0.0.0:2376", "unix:///podmend/run/docker.sock"],
-        daemon_argv: &[
-            "dockerd",
-            PRIVATE,
-            "--storage-driver=vfs",
-            "--userland-proxy=false",
-            "--debug",
-        ],
-    },
-];
 
 /// Each real CI pod created through the API server is stored (so the API server's own
 /// validation accepted the repaired pod: the create handler runs the mutating admission before
@@ -237,20 +143,20 @@ const MORE_CI_PODS: &[CiPod] = &[
 /// every client's `DOCKER_HOST` as it was. Without podmend the stored pod has no guard and the
 /// daemon listens on the clients' address itself.
 pub fn gitlab_and_arc_dind_pods_are_stored_with_the_guard_in_the_daemons_place(suite: &Suite) {
-    assert_stored_with_the_guard(suite, "dind-ci-pods", CI_PODS);
+    assert_stored_with_the_guard(suite, "dind-ci-pods", &ci_pods(true));
 }
 
 /// Jenkins', Argo Workflows' and Tekton's DinD pods (the rest of the fast tier's
-/// `dind_rule.rs` cases), through the API server as [`CI_PODS`] are: stored, so valid to
+/// [`CI_PODS`]), through the API server as GitLab's and ARC's are: stored, so valid to
 /// the API server, with the guard where the daemon listened.
 pub fn jenkins_argo_and_tekton_dind_pods_are_stored_with_the_guard_in_the_daemons_place(
     suite: &Suite,
 ) {
-    assert_stored_with_the_guard(suite, "dind-more-ci-pods", MORE_CI_PODS);
+    assert_stored_with_the_guard(suite, "dind-more-ci-pods", &ci_pods(false));
 }
 
 /// Creates each of `cases` in `namespace` through the API server and checks the stored pod.
-fn assert_stored_with_the_guard(suite: &Suite, namespace: &str, cases: &[CiPod]) {
+fn assert_stored_with_the_guard(suite: &Suite, namespace: &str, cases: &[&CiPod]) {
     ensure_installed(suite);
     suite
         .block_on(suite.plane.create_namespace(namespace))
