@@ -2,14 +2,14 @@
 //! runs this (`cargo test --release --test e2e -- --bench-pod-create --rounds=R --pods=N`)
 //! instead of the tests, on the suite's control plane with podmend installed by helm.
 //!
-//! Three namespaces, three arms. The chart's namespaceSelector leaves out namespaces labelled
+//! Four namespaces, four arms. The chart's namespaceSelector leaves out namespaces labelled
 //! `podmend.io/ignore`: in one such namespace the API server calls no webhook (arm A); in
 //! another it calls only a null webhook of the test's own, which allows every pod without a
 //! patch (arm N: what any webhook costs the API server, its call and the AdmissionReview's
 //! encoding); in a third, a webhook of the test's own that adds one annotation by JSON Patch
-//! (arm M: what any patch costs, as the API server applies it and runs its built-in mutating
-//! plugins again, `staging/src/k8s.io/apiserver/pkg/admission/plugin/webhook/mutating/
-//! dispatcher.go`, `reinvokeSpecs`); in the fourth it calls podmend (arm P). Creates go
+//! (arm M: what any patch costs, as the API server applies it and, the object changed, runs
+//! its built-in mutating plugins again: `staging/src/k8s.io/apiserver/pkg/admission/
+//! reinvocation.go`, `reinvoker.Admit`); in the fourth it calls podmend (arm P). Creates go
 //! round the arms pod by pod (A N M P A N M P), through one kube client, so every arm shares
 //! the machine's noise. Each create is one `POST pods` timed from request to stored
 //! answer; the pods stay unscheduled (no scheduler runs in this mode), so deleting them
