@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, docker_cli, run, text, wait_with_timeout};
 use common::guard::{
-    Guard, OWNER, PODMEND, Pki, RUN, TIMEOUT, cli, daemon_labelled, exists, free_port, http_get,
-    inspect, ok, outcome, reap_command, uid, wait_until,
+    Guard, OWNER, PODMEND, Pki, RUN, TIMEOUT, assert_every_cli_fails_as_straight, daemon_labelled,
+    exists, free_port, http_get, inspect, ok, reap_command, uid, wait_until,
 };
 use common::raw_http::raw;
 use serde_json::json;
@@ -786,31 +786,7 @@ fn an_unreachable_daemon_is_refused_as_a_missing_daemon_is_and_every_cli_cannot_
     assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
     // Every CLI says and does what it does with no daemon at all.
     let info = ["info", "--format", "{{.ServerVersion}}"];
-    for args in [&info[..], &["ps"][..]] {
-        for which in ["28.x", "20.10"] {
-            let direct = run(cli(which, &missing, dir.path()).args(args), None, TIMEOUT);
-            let through = run(
-                cli(which, &guard.host(), dir.path()).args(args),
-                None,
-                TIMEOUT,
-            );
-            assert_ne!(direct.status.code(), Some(0), "{which} {args:?}");
-            assert_eq!(
-                outcome(&through, &guard.host()),
-                outcome(&direct, &missing),
-                "{which} {args:?}: through the guard, then straight"
-            );
-        }
-    }
-    let ps = run(guard.docker().arg("ps"), None, TIMEOUT);
-    assert!(
-        text(&ps.stderr).contains(&format!(
-            "Cannot connect to the Docker daemon at {}",
-            guard.host()
-        )),
-        "{}",
-        text(&ps.stderr)
-    );
+    assert_every_cli_fails_as_straight(&guard, &missing, &[&info, &["ps"]], dir.path());
     let (_, text) = http_get(metrics, "/metrics").expect("metrics");
     assert!(
         !text.contains("podmend_guard_upstream_errors_total 0\n"),

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use common::api_stub::ApiStub;
 use common::dockerd::{self, Dockerd, run, text, wait_with_timeout};
 use common::guard::{
-    Guard, OWNER, RUN, TIMEOUT, cli, daemon_labelled, exists, inspect, ok, outcome, reap_command,
+    Guard, OWNER, RUN, TIMEOUT, assert_every_cli_fails_as_straight, daemon_labelled, exists,
+    inspect, ok, reap_command,
 };
 use common::raw_http::{raw, read_one};
 use serde_json::json;
@@ -965,38 +966,11 @@ fn a_daemon_that_is_down_fails_every_cli_through_the_guard_as_it_does_straight_t
         std::thread::sleep(Duration::from_millis(50));
     }
     // Every CLI says and does what it does straight to the stopped daemon.
-    for args in [
-        &info[..],
-        &["ps"][..],
-        &["run", "--rm", "busybox", "true"][..],
-    ] {
-        for which in ["28.x", "20.10"] {
-            let direct = run(
-                cli(which, &daemon.host(), configs.path()).args(args),
-                None,
-                TIMEOUT,
-            );
-            let through = run(
-                cli(which, &guard.host(), configs.path()).args(args),
-                None,
-                TIMEOUT,
-            );
-            assert_ne!(direct.status.code(), Some(0), "{which} {args:?}");
-            assert_eq!(
-                outcome(&through, &guard.host()),
-                outcome(&direct, &daemon.host()),
-                "{which} {args:?}: through the guard, then straight"
-            );
-        }
-    }
-    let ps = run(guard.docker().arg("ps"), None, TIMEOUT);
-    assert!(
-        text(&ps.stderr).contains(&format!(
-            "Cannot connect to the Docker daemon at {}",
-            guard.host()
-        )),
-        "{}",
-        text(&ps.stderr)
+    assert_every_cli_fails_as_straight(
+        &guard,
+        &daemon.host(),
+        &[&info, &["ps"], &["run", "--rm", "busybox", "true"]],
+        configs.path(),
     );
 
     daemon.start_again();

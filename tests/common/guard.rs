@@ -437,6 +437,42 @@ pub fn install_buildx(config_dir: &Path) {
     }
 }
 
+/// Each of `commands`, run with both CLIs through `guard` and straight to `direct_host` (where
+/// no daemon answers), fails, and fails alike (the message naming each its own address); then
+/// `docker ps` through the guard says it cannot connect to the guard's address.
+pub fn assert_every_cli_fails_as_straight(
+    guard: &Guard,
+    direct_host: &str,
+    commands: &[&[&str]],
+    configs: &Path,
+) {
+    for args in commands {
+        for which in ["28.x", "20.10"] {
+            let direct = run(cli(which, direct_host, configs).args(*args), None, TIMEOUT);
+            let through = run(
+                cli(which, &guard.host(), configs).args(*args),
+                None,
+                TIMEOUT,
+            );
+            assert_ne!(direct.status.code(), Some(0), "{which} {args:?}");
+            assert_eq!(
+                outcome(&through, &guard.host()),
+                outcome(&direct, direct_host),
+                "{which} {args:?}: through the guard, then straight"
+            );
+        }
+    }
+    let ps = run(guard.docker().arg("ps"), None, TIMEOUT);
+    assert!(
+        text(&ps.stderr).contains(&format!(
+            "Cannot connect to the Docker daemon at {}",
+            guard.host()
+        )),
+        "{}",
+        text(&ps.stderr)
+    );
+}
+
 /// What a docker CLI run says, comparable across daemons: its exit code and its stderr with
 /// `host` (the address it was aimed at) written as `HOST`.
 pub fn outcome(out: &Output, host: &str) -> (Option<i32>, String) {
