@@ -17,7 +17,7 @@ use crate::install::{
     NAMESPACE, assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin,
     kubectl_stdin_output, with_values,
 };
-use crate::node_affinity::{poll, wait_until_podmend_knows};
+use crate::node_affinity::{namespace_and_node, poll, wait_until_podmend_knows};
 use crate::pinniped::create_node;
 
 /// What podmend has logged so far.
@@ -49,16 +49,6 @@ fn wait_for_admission_line(suite: &Suite, namespace: &str, name: &str) {
             Err(format!("podmend logged no review of {namespace}/{name}"))
         }
     });
-}
-
-/// podmend installed, and a namespace and a node of this name that podmend's Node cache holds.
-fn namespace_and_node(suite: &Suite, name: &str) {
-    ensure_installed(suite);
-    suite
-        .block_on(suite.plane.create_namespace(name))
-        .unwrap_or_else(|e| panic!("{e}"));
-    create_node(suite, name, "");
-    wait_until_podmend_knows(suite, name, name);
 }
 
 /// A Pinniped kube-cert-agent pod pinned to `node` with `spec.nodeName`, with requests and
@@ -109,7 +99,7 @@ pub fn with_warn_set_in_the_chart_kubectl_prints_what_podmend_would_repair_and_t
     let warn =
         json!({"rules": {"nodeAffinity": {"mode": "warn"}, "agentRequests": {"mode": "warn"}}});
     with_values(suite, warn, || {
-        namespace_and_node(suite, "mode-warn");
+        namespace_and_node(suite, "mode-warn", "");
         // If podmend ignored `warn` (enforced), the stored pod would have node affinity and
         // requests "0"; if it were not called, kubectl would print no warning.
         let printed = kubectl_stdin(
@@ -147,7 +137,7 @@ pub fn with_deny_set_in_the_chart_the_api_server_refuses_the_pod_and_kubectl_sho
             .to_string();
         assert!(url.ends_with("/validate"), "{url}");
 
-        namespace_and_node(suite, "mode-deny");
+        namespace_and_node(suite, "mode-deny", "");
         let pod = pinned_agent("mode-deny", "agent", "mode-deny");
         // The API server learns of a new webhook configuration through its informer: a dry
         // run tells when it calls /validate.
@@ -196,7 +186,7 @@ pub fn with_a_rule_off_in_the_chart_the_pod_keeps_what_it_governs_and_the_other_
 ) {
     let off = json!({"rules": {"nodeAffinity": {"mode": "off"}}});
     with_values(suite, off, || {
-        namespace_and_node(suite, "mode-off");
+        namespace_and_node(suite, "mode-off", "");
         // If podmend ignored `off`, nodeName would become node affinity; if podmend were not
         // called at all, the requests would stay.
         let printed = kubectl_stdin(
@@ -240,7 +230,7 @@ pub fn the_charts_match_conditions_keep_skipped_and_mirror_pods_from_podmend_and
     suite: &Suite,
 ) {
     let ns = "mode-skip";
-    namespace_and_node(suite, ns);
+    namespace_and_node(suite, ns, "");
     let before = match_condition_exclusions(suite);
 
     // `podmend.io/skip: all` and the kubelet's mirror annotation: the chart's matchConditions

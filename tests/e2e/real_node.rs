@@ -44,6 +44,17 @@ fn pod(name: &str, node: &str, cpu: &str, command: &[&str]) -> Value {
     })
 }
 
+/// Creates `manifest` through the API server (which stores it without looking at the node's
+/// resources) and waits until the kubelet puts it in `phase`.
+async fn create_and_wait(pods: &Api<Pod>, manifest: Value, node: &Node, phase: &str) -> Pod {
+    let created: Pod = serde_json::from_value(manifest).expect("a pod");
+    let name = created.metadata.name.clone().expect("a named pod");
+    pods.create(&PostParams::default(), &created)
+        .await
+        .expect("the API server stores the pod");
+    wait_for_phase(pods, &name, node, phase).await
+}
+
 /// Polls pod `name` until `done` says its phase is final for the test; panics with the pod's
 /// status and the node's logs after [`POD_TIMEOUT`].
 async fn wait_for_phase(pods: &Api<Pod>, name: &str, node: &Node, phase: &str) -> Pod {
@@ -145,16 +156,12 @@ pub fn a_pod_the_kubelet_runs_is_running_with_its_output_in_kubectl_logs_and_lea
     let manifest = pod("hello", &node.name, "100m", &["sh", "-c", &script]);
     suite.block_on(async {
         let pods: Api<Pod> = Api::namespaced(plane.client().await, namespace);
-        let created: Pod = serde_json::from_value(manifest).expect("a pod");
-        pods.create(&PostParams::default(), &created)
-            .await
-            .expect("the API server stores the pod");
         // The kubelet starts the sandbox and the container and reports Running once the
         // container's state is running (pkg/kubelet/kubelet_pods.go, `getPhase`). The sandbox
         // runs in containerd's network namespace because the pod asks for the host's network
         // (containerd internal/cri/server/podsandbox/sandbox_run_linux.go, `sandboxContainerSpec`,
         // NamespaceMode_NODE: no network namespace of its own).
-        wait_for_phase(&pods, "hello", &node, "Running").await;
+        create_and_wait(&pods, manifest, &node, "Running").await;
     });
 
     let logs = kubectl_logs_once_printed(suite, namespace, "hello", GREETING);
@@ -230,15 +237,11 @@ pub fn the_kubelet_fails_a_pod_whose_cpu_request_exceeds_its_allocatable_with_ou
         let request = format!("{}m", ALLOCATABLE_MILLICPU + 1000);
         let pods: Api<Pod> = Api::namespaced(client, namespace);
         let manifest = pod("too-big", &node.name, &request, &["sleep", "3600"]);
-        let created: Pod = serde_json::from_value(manifest).expect("a pod");
-        pods.create(&PostParams::default(), &created)
-            .await
-            .expect("the API server stores the pod: it does not check the node's resources");
         // The kubelet admits each new pod through its predicate admit handler, whose resource
         // fit failure is reason "OutOf" + the resource (pkg/kubelet/lifecycle/predicate.go,
         // `Admit`); `HandlePodAdditions` then calls `rejectPod` (pkg/kubelet/kubelet.go), which
         // sets phase Failed, that reason and "Pod was rejected: " + the message.
-        let rejected = wait_for_phase(&pods, "too-big", &node, "Failed").await;
+        let rejected = create_and_wait(&pods, manifest, &node, "Failed").await;
         assert_rejected_out_of_cpu(rejected);
         pods.delete("too-big", &DeleteParams::default())
             .await
@@ -266,11 +269,7 @@ pub fn a_node_whose_kubelet_stops_with_its_pod_still_running_leaves_nothing_behi
     let manifest = pod("left-running", &node.name, "100m", &["sleep", "3600"]);
     suite.block_on(async {
         let pods: Api<Pod> = Api::namespaced(plane.client().await, namespace);
-        let created: Pod = serde_json::from_value(manifest).expect("a pod");
-        pods.create(&PostParams::default(), &created)
-            .await
-            .expect("the API server stores the pod");
-        wait_for_phase(&pods, "left-running", &node, "Running").await;
+        create_and_wait(&pods, manifest, &node, "Running").await;
     });
     // The kubelet stops without stopping its pods (a node going away): the container, its
     // shim, the sandbox's mounts, the service-account token's tmpfs and the container's log

@@ -28,7 +28,7 @@ use crate::install::{
 use crate::node_affinity::{pinned_pod, poll, wait_until_podmend_knows};
 use crate::pinniped::create_node;
 use crate::reinvocation::podmend_decisions;
-use crate::virtual_node::kubectl_as_node;
+use crate::virtual_node::write_status_as_node;
 
 const NAMESPACE: &str = "reviews";
 const NODE: &str = "reviews-node";
@@ -465,19 +465,13 @@ fn dry_run(suite: &Suite, object: &Value) {
 /// Writes the status of the pod `name` as the kubelet of [`NODE`] (phase `Pending`, its one
 /// container running, as `virtual_node_phase.rs` writes it): the pod as stored before, and
 /// the pod sent.
-fn write_status_as_node(suite: &Suite, name: &str) -> (Value, Value) {
+fn write_status(suite: &Suite, name: &str) -> (Value, Value) {
     let stored = kubectl_json(suite, &["get", "pod", name, "-n", NAMESPACE, "-o", "json"]);
     let mut sent = stored.clone();
     sent["status"] = json!({"phase": "Pending", "containerStatuses": [{
         "name": "c", "image": "busybox", "imageID": "", "ready": true, "restartCount": 0,
         "started": true, "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}]});
-    let output = kubectl_as_node(
-        suite,
-        NODE,
-        &["replace", "--subresource=status", "-f", "-"],
-        &sent,
-    );
-    assert_success("kubectl replace --subresource=status as the node", &output);
+    write_status_as_node(suite, NAMESPACE, name, NODE, &sent["status"]);
     (stored, sent)
 }
 
@@ -524,7 +518,7 @@ fn captured(suite: &Suite) -> Vec<Compared> {
         real,
         create_review("uid", &pod, NAMESPACE),
     );
-    let (stored, sent) = write_status_as_node(suite, "pinned");
+    let (stored, sent) = write_status(suite, "pinned");
     let real = recorded.take("the node's status write", |r| {
         r["operation"] == "UPDATE"
             && r["subResource"] == "status"

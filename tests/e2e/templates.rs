@@ -8,26 +8,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::Suite;
-use crate::install::{
-    assert_success, ensure_installed, kubectl, kubectl_json, kubectl_stdin, with_values,
-};
+use crate::install::{assert_success, kubectl, kubectl_json, kubectl_stdin, with_values};
 use crate::modes::{admission_lines, podmend_log};
-use crate::node_affinity::{poll, wait_for_event, wait_until_podmend_knows};
-use crate::pinniped::create_node;
-
-/// podmend installed, kube-scheduler running, and a namespace and a node of this name that
-/// podmend's Node cache holds.
-fn namespace_and_node(suite: &Suite, name: &str) {
-    ensure_installed(suite);
-    suite
-        .block_on(async {
-            suite.plane.ensure_scheduler().await?;
-            suite.plane.create_namespace(name).await
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-    create_node(suite, name, "");
-    wait_until_podmend_knows(suite, name, name);
-}
+use crate::node_affinity::{
+    namespace_and_node, poll, scheduler, wait_for_event, wait_until_podmend_knows,
+};
 
 /// A pod template labelled `app`, pinned to `node` with `spec.nodeName`.
 fn pinned_template(app: &str, node: &str) -> Value {
@@ -121,7 +106,8 @@ pub fn a_deployment_pinned_by_node_name_is_warned_about_on_create_and_update_nev
     suite: &Suite,
 ) {
     let ns = "tpl-deployment";
-    namespace_and_node(suite, ns);
+    scheduler(suite);
+    namespace_and_node(suite, ns, "");
     let app = "pinned-app";
     let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": app, "namespace": ns},
@@ -207,7 +193,8 @@ pub fn a_daemon_sets_pod_keeps_the_daemon_set_controllers_own_node_affinity_and_
     suite: &Suite,
 ) {
     let ns = "tpl-daemonset";
-    namespace_and_node(suite, ns);
+    scheduler(suite);
+    namespace_and_node(suite, ns, "");
     let app = "node-agent";
     let daemon_set = json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
         "metadata": {"name": app, "namespace": ns},
@@ -300,7 +287,8 @@ pub fn a_jobs_template_on_update_is_left_alone_even_with_templates_enforced_by_t
     suite: &Suite,
 ) {
     let ns = "tpl-job";
-    namespace_and_node(suite, ns);
+    scheduler(suite);
+    namespace_and_node(suite, ns, "");
     // Created while templates are only warned about: stored with its nodeName.
     let printed = kubectl_stdin(
         suite,

@@ -99,23 +99,24 @@ fn bound_pod(suite: &Suite, name: &str, node: &str) -> Value {
     status
 }
 
-/// Writes `status` (the fixture's: phase `Pending`, every container running) as the kubelet
-/// of `node` with `kubectl replace --subresource=status`, and returns the stored pod.
-fn write_status_as_node(suite: &Suite, name: &str, node: &str, status: &Value) -> Value {
-    let mut pod = kubectl_json(
-        suite,
-        &["get", "pod", name, "-n", TEST_NAMESPACE, "-o", "json"],
-    );
+/// Writes `status` on the pod `name` of `namespace` as the kubelet of `node` (`kubectl
+/// replace --subresource=status`, impersonating the node), and returns the stored pod.
+pub(crate) fn write_status_as_node(
+    suite: &Suite,
+    namespace: &str,
+    name: &str,
+    node: &str,
+    status: &Value,
+) -> Value {
+    let get = ["get", "pod", name, "-n", namespace, "-o", "json"];
+    let mut pod = kubectl_json(suite, &get);
     pod["status"] = status.clone();
     let output = kubectl_as_node(suite, node, &REPLACE_STATUS, &pod);
     assert_success(
         &format!("kubectl replace --subresource=status as {node}"),
         &output,
     );
-    kubectl_json(
-        suite,
-        &["get", "pod", name, "-n", TEST_NAMESPACE, "-o", "json"],
-    )
+    kubectl_json(suite, &get)
 }
 
 /// `kubectl ARGS` with `object` on its standard input as the kubelet of `node`: the admin
@@ -219,8 +220,13 @@ pub fn a_virtual_kubelets_pending_status_with_every_container_running_is_stored_
         // The virtual kubelet writes its status again and again; so does the test, until the
         // API server calls the new webhook and podmend's cache knows the node.
         let stored = poll(Duration::from_secs(30), || {
-            let stored =
-                write_status_as_node(suite, "on-virtual-node", VIRTUAL_NODE, &virtual_status);
+            let stored = write_status_as_node(
+                suite,
+                TEST_NAMESPACE,
+                "on-virtual-node",
+                VIRTUAL_NODE,
+                &virtual_status,
+            );
             if stored["status"]["phase"] == "Running" {
                 Ok(stored)
             } else {
@@ -233,7 +239,13 @@ pub fn a_virtual_kubelets_pending_status_with_every_container_running_is_stored_
             virtual_status["containerStatuses"][0]["state"]
         );
 
-        let stored = write_status_as_node(suite, "on-plain-node", PLAIN_NODE, &plain_status);
+        let stored = write_status_as_node(
+            suite,
+            TEST_NAMESPACE,
+            "on-plain-node",
+            PLAIN_NODE,
+            &plain_status,
+        );
         assert_eq!(
             stored["status"]["phase"], "Pending",
             "a node without type: virtual-kubelet owns its pods' phase: {:#}",
