@@ -9,7 +9,8 @@
 //! defaults, the patch applied and defaulted again), half `audit`'s (the manifest as written,
 //! the patch applied as it is).
 //!
-//! Cases: 256 by default (`PROPTEST_CASES` raises it), from a fresh seed each run, printed on
+//! Cases: 256 for the generator test and 1,536 for the repair test by default (`PROPTEST_CASES`
+//! sets both), from a fresh seed each run, printed on
 //! failure (`PROPTEST_RNG_SEED` replays it). A failing case is shrunk and its seed saved in
 //! `tests/properties.proptest-regressions`, replayed first on every later run. The schema
 //! check runs once over all cases (kubernetes-validate is a Python process); when it
@@ -40,9 +41,18 @@ use proptest::test_runner::{
 };
 use serde_json::{Map, Value, json};
 
-/// About 15 s for both tests in a debug build on 2 cores, most of it the schema check; raise
-/// by hand with `PROPTEST_CASES`.
+/// The generator test's cases; raise by hand with `PROPTEST_CASES`.
 const DEFAULT_CASES: u32 = 256;
+
+/// The repair test's cases, about 45 s in a debug build on 2 cores (most of it the schema
+/// check). It also asserts that each rule repairs at least 1 case in 20; the rarest,
+/// agent-requests under the default config, repairs about 1 in 15 (6.7 % over 5,376 cases),
+/// so at 1,536 cases a fresh seed falls below that floor in about 1 run in 250 (binomial),
+/// where at 256 it would in about 1 run in 8.
+const REPAIR_CASES: u32 = 1536;
+
+const REPAIR_TEST: &str =
+    "every_repair_applies_passes_the_api_rules_is_idempotent_and_keeps_unknown_fields";
 
 /// Objects per kubernetes-validate run.
 const SCHEMA_BATCH: usize = 400;
@@ -587,7 +597,11 @@ fn proptest_config(test_name: &'static str) -> ProptestConfig {
     // `default()` reads the PROPTEST_* environment variables.
     let mut config = ProptestConfig::default();
     if std::env::var_os("PROPTEST_CASES").is_none() {
-        config.cases = DEFAULT_CASES;
+        config.cases = if test_name == REPAIR_TEST {
+            REPAIR_CASES
+        } else {
+            DEFAULT_CASES
+        };
     }
     if config.rng_seed == RngSeed::Random {
         // A known seed, so the schema replay below sees the same cases.
@@ -709,16 +723,12 @@ fn generated_objects_are_ones_the_api_server_accepts() {
 
 #[test]
 fn every_repair_applies_passes_the_api_rules_is_idempotent_and_keeps_unknown_fields() {
-    let cases = proptest_config("coverage").cases as usize;
-    run_property(
-        "every_repair_applies_passes_the_api_rules_is_idempotent_and_keeps_unknown_fields",
-        case(),
-        check_repairs,
-    );
+    let cases = proptest_config(REPAIR_TEST).cases as usize;
+    run_property(REPAIR_TEST, case(), check_repairs);
     let repairs = REPAIRS.with(|r| r.borrow().clone());
     eprintln!("repairs per configuration and rule: {repairs:?}");
     // Each rule must repair a fair share of the cases, or the properties above say little.
-    // (About a sixth of the cases or more each, at 256 cases; a handful of cases run by hand
+    // (1 in 20 or more each, at REPAIR_CASES; a handful of cases run by hand
     // are too few to judge.)
     if cases < 100 {
         eprintln!("{cases} cases: too few to check how often each rule repaired");
